@@ -1,0 +1,182 @@
+"""The encoder-decoder Transformer: embeddings + positions -> encoder stack -> decoder stack -> logits.
+
+Shape legend: B batch, S source length, T target length, D = d_model, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ._validation import check_int, check_probability, check_tensor
+from .layers import DecoderLayer, EncoderLayer
+from .masks import causal_mask
+from .normalization import LayerNorm
+from .positional import SinusoidalPositionalEncoding
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of ``Transformer``; the defaults are the paper's base model."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    num_heads: int = 8
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 5000
+    norm_first: bool = False
+    share_embeddings: bool = False
+    activation: str = "relu"
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff", "max_len"):
+            check_int(name, getattr(self, name), minimum=1)
+        for name in ("num_encoder_layers", "num_decoder_layers"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_probability("dropout", self.dropout)
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model must be divisible by num_heads, got d_model={self.d_model}, "
+                             f"num_heads={self.num_heads}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError("share_embeddings=True needs src_vocab_size == tgt_vocab_size, got "
+                             f"{self.src_vocab_size} and {self.tgt_vocab_size}")
+
+
+class Encoder(nn.Module):
+    """A stack of ``num_layers`` EncoderLayers (plus a final LayerNorm when Pre-LN).
+
+    Shape: x (B, S, D), mask broadcastable to (B, H, S, S) -> (B, S, D).
+    """
+
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
+                 norm_first: bool = False, activation: str = "relu") -> None:
+        super().__init__()
+        check_int("num_layers", num_layers, minimum=1)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation) for _ in range(num_layers))
+        # Pre-LN leaves the residual stream un-normalized, so the stack ends with one more LayerNorm.
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, mask=mask)  # (B, S, D)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    """A stack of ``num_layers`` DecoderLayers (plus a final LayerNorm when Pre-LN).
+
+    Shape: x (B, T, D), memory (B, S, D) -> (B, T, D).
+    """
+
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
+                 norm_first: bool = False, activation: str = "relu") -> None:
+        super().__init__()
+        check_int("num_layers", num_layers, minimum=1)
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation) for _ in range(num_layers))
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask)  # (B, T, D)
+        return self.norm(x)
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder of Vaswani et al. (2017): logits = W_out Decoder(Embed(tgt), Encoder(Embed(src))).
+
+    Embeddings are scaled by sqrt(d_model) and summed with sinusoidal encodings. With
+    ``share_embeddings=True`` the source embedding, target embedding and output projection share one
+    matrix (the paper's setting, which needs one shared vocabulary).
+
+    Args: see ``TransformerConfig`` (the defaults are the base model).
+
+    Shape:
+        src (B, S) and tgt (B, T) token ids; src_mask broadcastable to (B, 1, 1, S) (padding);
+        tgt_mask broadcastable to (B, 1, T, T), default ``causal_mask(T)`` -> logits (B, T, V_tgt).
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, num_heads: int = 8,
+                 num_encoder_layers: int = 6, num_decoder_layers: int = 6, d_ff: int = 2048,
+                 dropout: float = 0.1, max_len: int = 5000, norm_first: bool = False,
+                 share_embeddings: bool = False, activation: str = "relu") -> None:
+        super().__init__()
+        config = TransformerConfig(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_encoder_layers,
+                                   num_decoder_layers, d_ff, dropout, max_len, norm_first, share_embeddings,
+                                   activation)
+        self.config = config
+        self.src_embed = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embed = self.src_embed if share_embeddings else nn.Embedding(tgt_vocab_size, d_model)
+        self.positional = SinusoidalPositionalEncoding(d_model, max_len, dropout)
+        layer_args = (d_model, num_heads, d_ff, dropout, norm_first, activation)
+        self.encoder = Encoder(num_encoder_layers, *layer_args)
+        self.decoder = Decoder(num_decoder_layers, *layer_args)
+        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=not share_embeddings)
+        if share_embeddings:
+            self.generator.weight = self.src_embed.weight
+
+    @classmethod
+    def from_config(cls, config: TransformerConfig) -> "Transformer":
+        """Build a model from a ``TransformerConfig``."""
+        return cls(**config.__dict__)
+
+    def _embed(self, tokens: torch.Tensor, embedding: nn.Embedding, name: str) -> torch.Tensor:
+        check_tensor(name, tokens, ndim=2)
+        if tokens.is_floating_point() or tokens.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= embedding.num_embeddings):
+            raise ValueError(f"{name} ids must lie in [0, {embedding.num_embeddings}), "
+                             f"got range [{int(tokens.min())}, {int(tokens.max())}]")
+        if tokens.shape[1] > self.config.max_len:
+            raise ValueError(f"{name} length {tokens.shape[1]} exceeds max_len={self.config.max_len}")
+        return self.positional(embedding(tokens) * math.sqrt(self.config.d_model))  # (B, L, D)
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """src (B, S) -> memory (B, S, D)."""
+        return self.encoder(self._embed(src, self.src_embed, "src"), mask=src_mask)
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None = None,
+               tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """tgt (B, T), memory (B, S, D) -> logits (B, T, V_tgt); causal self-attention by default."""
+        x = self._embed(tgt, self.tgt_embed, "tgt")  # (B, T, D)
+        if tgt_mask is None:
+            tgt_mask = causal_mask(tgt.shape[1], device=tgt.device)  # (T, T)
+        hidden = self.decoder(x, memory, self_mask=tgt_mask, memory_mask=src_mask)  # (B, T, D)
+        return self.generator(hidden)  # (B, T, V)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
+                tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask)  # (B, T, V)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int | None = None,
+                      src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Generate up to ``max_len`` tokens after ``bos_id`` by repeatedly taking the argmax.
+
+        Returns:
+            (B, 1 + L) token ids starting with ``bos_id``; once a sequence emits ``eos_id`` it
+            is padded with ``eos_id``.
+        """
+        max_len = check_int("max_len", max_len, minimum=1)
+        check_int("bos_id", bos_id, minimum=0)
+        memory = self.encode(src, src_mask)  # (B, S, D)
+        out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+        finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)  # (B,)
+        for _ in range(max_len):
+            next_token = self.decode(out, memory, src_mask)[:, -1].argmax(dim=-1)  # (B,)
+            if eos_id is not None:
+                next_token = next_token.masked_fill(finished, eos_id)
+                finished |= next_token == eos_id
+            out = torch.cat((out, next_token.unsqueeze(1)), dim=1)  # (B, L + 1)
+            if eos_id is not None and bool(finished.all()):
+                break
+        return out

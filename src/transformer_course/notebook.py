@@ -1,0 +1,70 @@
+"""Helpers for the chapter notebooks: one call sets seeds, print precision and plot style."""
+
+from __future__ import annotations
+
+import inspect
+import platform
+import random
+import sys
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from . import __version__
+from ._validation import check_int
+from .plotting.style import use_course_style
+
+
+def in_colab() -> bool:
+    """True when running inside Google Colab."""
+    return "google.colab" in sys.modules
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python, NumPy and PyTorch (CPU and every GPU)."""
+    seed = check_int("seed", seed, minimum=0)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def best_device() -> torch.device:
+    """CUDA if present, else Apple's MPS if present, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def setup_notebook(seed: int = 0) -> torch.device:
+    """Seed everything, round printed numbers, set the course plot style; return the best device."""
+    seed_everything(seed)
+    torch.set_printoptions(precision=4, sci_mode=False)
+    np.set_printoptions(precision=4, suppress=True)
+    pd.set_option("display.precision", 2)
+    use_course_style()
+    return best_device()
+
+
+def environment_report() -> pd.DataFrame:
+    """The package, Python, PyTorch and device versions, as a one-column table."""
+    device = best_device()
+    name = torch.cuda.get_device_name(0) if device.type == "cuda" else platform.machine()
+    rows = {
+        "transformer_course": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": f"{device.type} ({name})",
+        "CPU threads used by torch": str(torch.get_num_threads()),
+    }
+    return pd.DataFrame({"value": rows}).rename_axis("component")
+
+
+def show_source(obj: Any) -> Any:
+    """Display the package's own source of ``obj`` as highlighted code (the code that is tested)."""
+    from IPython.display import Code
+
+    return Code(inspect.getsource(obj), language="python")

@@ -1,0 +1,5 @@
+"""Plotting: one module per concern. Functions take data or modules and return a ``Figure``.
+
+They build ``matplotlib.figure.Figure`` objects directly (never pyplot), so they neither show
+anything nor change global state; a notebook displays the returned figure.
+"""

@@ -1,0 +1,171 @@
+"""Positional information: sinusoidal and learned absolute encodings, RoPE and ALiBi.
+
+Shape legend: B batch, T length, D = d_model, H heads, Dh head width.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ._validation import check_int, check_positive_float, check_probability, check_tensor
+
+
+def sinusoidal_encoding(num_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / base^(2i/D)), PE[pos, 2i+1] = cos(pos / base^(2i/D)).
+
+    Args:
+        num_positions: number of positions P (rows), >= 1.
+        d_model: encoding width D (columns), even.
+        base: the wavelength scale (10000 in the paper): wavelengths run from 2*pi to 2*pi*base.
+
+    Returns:
+        (P, D) float32 tensor.
+
+    Raises:
+        TypeError, ValueError: if ``num_positions`` < 1, ``d_model`` is not a positive even int,
+            or ``base`` <= 0.
+
+    Vaswani et al., 2017, section 3.5.
+    """
+    num_positions = check_int("num_positions", num_positions, minimum=1)
+    d_model = check_int("d_model", d_model, minimum=2)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
+    base = check_positive_float("base", base)
+    position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
+    frequency = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
+    angle = position * frequency  # (P, D/2)
+    pe = torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)  # (P, D), interleaved sin, cos
+    return pe.float()
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """z = x + PE[:T]: adds fixed sinusoidal encodings; extrapolates past ``max_len``.
+
+    Args:
+        d_model: width D (even).
+        max_len: positions precomputed in a non-persistent buffer; longer inputs are encoded on
+            the fly (the encoding is defined for every position).
+        dropout: dropout applied to the sum (the paper uses 0.1).
+
+    Shape:
+        x (B, T, D) -> (B, T, D).
+    """
+
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, minimum=2)
+        self.max_len = check_int("max_len", max_len, minimum=1)
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)  # (max_len, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x, ndim=3, floating=True)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+        t = x.shape[1]
+        pe = self.pe[:t] if t <= self.max_len else sinusoidal_encoding(t, self.d_model).to(x.device)  # (T, D)
+        return self.dropout(x + pe.to(x.dtype))  # (B, T, D)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """z = x + E[pos]: one trainable vector per position, refused beyond ``max_len``.
+
+    Args:
+        max_len: number of learned positions.
+        d_model: width D.
+
+    Shape:
+        x (B, T, D) -> (B, T, D), with T <= max_len.
+
+    Raises (in forward):
+        ValueError: if T exceeds ``max_len`` (there is no vector to add).
+
+    Gehring et al., 2017; Devlin et al., 2019 (BERT).
+    """
+
+    def __init__(self, max_len: int, d_model: int) -> None:
+        super().__init__()
+        self.max_len = check_int("max_len", max_len, minimum=1)
+        self.d_model = check_int("d_model", d_model, minimum=1)
+        self.embedding = nn.Embedding(max_len, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x, ndim=3, floating=True)
+        t = x.shape[1]
+        if t > self.max_len:
+            raise ValueError(f"sequence length {t} exceeds max_len={self.max_len} of the learned positional "
+                             "embedding: positions beyond the training length have no vector")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+        positions = torch.arange(t, device=x.device)  # (T,)
+        return x + self.embedding(positions)  # (B, T, D)
+
+
+def rotary_embedding(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0) -> torch.Tensor:
+    """RoPE: rotate each feature pair (2i, 2i+1) of x at position p by the angle p * base^(-2i/Dh).
+
+    Applied to queries and keys, it makes q_m . k_n depend only on the offset m - n.
+
+    Args:
+        x: (..., T, Dh) queries or keys, Dh even.
+        positions: (T,) positions; defaults to 0..T-1.
+        base: frequency base (10000 in RoFormer).
+
+    Returns:
+        (..., T, Dh) rotated tensor, same dtype as ``x``.
+
+    Raises:
+        TypeError, ValueError: on a non-float ``x``, odd Dh, or positions of the wrong length.
+
+    Su et al., 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding".
+    """
+    check_tensor("x", x, floating=True)
+    if x.dim() < 2 or x.shape[-1] % 2:
+        raise ValueError(f"x must have shape (..., T, Dh) with Dh even, got {tuple(x.shape)}")
+    t, dh = x.shape[-2], x.shape[-1]
+    if positions is None:
+        positions = torch.arange(t, device=x.device)
+    elif positions.shape != (t,):
+        raise ValueError(f"positions must have shape (T,) = ({t},), got {tuple(positions.shape)}")
+    base = check_positive_float("base", base)
+    frequency = base ** (-torch.arange(0, dh, 2, device=x.device, dtype=torch.float64) / dh)  # (Dh/2,)
+    angle = positions.to(torch.float64).unsqueeze(-1) * frequency  # (T, Dh/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)  # (T, Dh/2)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, Dh/2)
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)  # (..., T, Dh/2, 2)
+    return rotated.flatten(-2)  # (..., T, Dh)
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """Head slopes m_h = 2^(-8 h / H), h = 1..H (the geometric sequence of the ALiBi paper)."""
+    num_heads = check_int("num_heads", num_heads, minimum=1)
+    return torch.tensor([2.0 ** (-8.0 * h / num_heads) for h in range(1, num_heads + 1)])  # (H,)
+
+
+def alibi_bias(num_heads: int, t: int) -> torch.Tensor:
+    """ALiBi bias[h, i, j] = -m_h * |i - j|: a per-head linear penalty on distance, added to scores.
+
+    With a causal mask this is exactly the paper's -m_h * (i - j) for j <= i.
+
+    Args:
+        num_heads: H.
+        t: sequence length T.
+
+    Returns:
+        (H, T, T) float tensor (pass it as ``bias`` to attention).
+
+    Press et al., 2022, "Train Short, Test Long: Attention with Linear Biases".
+    """
+    t = check_int("t", t, minimum=1)
+    distance = (torch.arange(t).unsqueeze(1) - torch.arange(t)).abs().float()  # (T, T)
+    return -alibi_slopes(num_heads)[:, None, None] * distance  # (H, T, T)
+
+
+def wavelengths(d_model: int, base: float = 10000.0) -> torch.Tensor:
+    """Wavelength 2*pi*base^(2i/D) of each sin/cos pair i of the sinusoidal encoding, (D/2,)."""
+    d_model = check_int("d_model", d_model, minimum=2)
+    return 2 * math.pi * base ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)

@@ -1,0 +1,48 @@
+"""A single-layer Elman RNN, the sequential baseline: h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh).
+
+Shape legend: B batch, T length, D = d_model (input and hidden width are both D).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._validation import check_int, check_tensor
+
+
+class ElmanRNN(nn.Module):
+    """h_t = f(h_{t-1}, x_t): step t cannot start before step t-1 has finished.
+
+    The loop over time is written out on purpose: the autograd graph is a chain of T cells, which is
+    what the Transformer-vs-RNN chapter measures. Parameter names match ``nn.RNN`` (layer 0).
+
+    Args:
+        d_model: input and hidden width D.
+
+    Shape:
+        x (B, T, D), optional h0 (B, D) -> all hidden states (B, T, D).
+
+    Elman, 1990, "Finding Structure in Time".
+    """
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, minimum=1)
+        self.input_proj = nn.Linear(d_model, d_model)  # W_ih, b_ih
+        self.hidden_proj = nn.Linear(d_model, d_model)  # W_hh, b_hh
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+        check_tensor("x", x, ndim=3, floating=True)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+        b, t, _ = x.shape
+        h = x.new_zeros(b, self.d_model) if h0 is None else h0  # (B, D)
+        if h.shape != (b, self.d_model):
+            raise ValueError(f"h0 must have shape (B, D) = ({b}, {self.d_model}), got {tuple(h.shape)}")
+        inputs = self.input_proj(x)  # (B, T, D): all x_t W_ih at once, no dependency between steps
+        states = []
+        for step in range(t):
+            h = torch.tanh(inputs[:, step] + self.hidden_proj(h))  # (B, D): waits for h_{t-1}
+            states.append(h)
+        return torch.stack(states, dim=1)  # (B, T, D)

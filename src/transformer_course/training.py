@@ -1,0 +1,64 @@
+"""A small, explicit training loop for the toy tasks of the chapters (Adam, optional warm-up, tqdm)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from ._validation import check_int, check_positive_float
+
+Batch = tuple[torch.Tensor, ...]
+
+
+def fit(
+    model: nn.Module,
+    make_batch: Callable[[torch.Generator], Batch],
+    loss_fn: Callable[[nn.Module, Batch], torch.Tensor],
+    steps: int,
+    lr: float = 1e-3,
+    warmup_steps: int = 0,
+    seed: int = 0,
+    progress: bool = False,
+    clip_grad_norm: float | None = 1.0,
+) -> list[float]:
+    """Train ``model`` for ``steps`` Adam steps on fresh batches; return the loss of every step.
+
+    Args:
+        model: the module to train (put in train mode for the duration, eval mode after).
+        make_batch: draws one batch from a ``torch.Generator`` (so the data are reproducible).
+        loss_fn: computes the scalar loss of ``model`` on a batch.
+        steps: number of optimizer steps.
+        lr: peak learning rate.
+        warmup_steps: linear warm-up length (0 = constant learning rate).
+        seed: seeds the batch generator.
+        progress: show a tqdm progress bar.
+        clip_grad_norm: clip the global gradient norm to this value (None = no clipping).
+
+    Returns:
+        The training loss at every step, as Python floats.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    steps = check_int("steps", steps, minimum=1)
+    lr = check_positive_float("lr", lr)
+    warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
+    generator = torch.Generator().manual_seed(check_int("seed", seed))
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)
+    losses = []
+    model.train()
+    for _ in tqdm(range(steps), disable=not progress, desc="training", leave=False):
+        loss = loss_fn(model, make_batch(generator))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip_grad_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+        optimizer.step()
+        schedule.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses

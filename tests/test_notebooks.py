@@ -1,0 +1,114 @@
+"""The notebook pipeline's invariants: pairs in sync, outputs from an in-order run, Colab cell first.
+
+nbval (run over chapters/*.ipynb by the same pytest command) checks that the stored outputs match
+a fresh execution; these tests check what nbval cannot see: it silently passes cells that have no
+stored output, and it does not know about the jupytext twin, the table of contents or alt text.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = ROOT / "chapters"
+NOTEBOOKS = sorted(CHAPTERS.glob("*.ipynb"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPOSITORY_URL = CONFIG["repository"]["url"]
+
+
+def _code_cells(notebook):
+    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def _toc_files() -> set[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files: set[str] = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                files.add(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(toc)
+    return files
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no chapter notebooks found"
+
+
+def test_every_notebook_has_its_twin_and_vice_versa():
+    stems_ipynb = {p.stem for p in NOTEBOOKS}
+    stems_md = {p.name[: -len(".myst.md")] for p in CHAPTERS.glob("*.myst.md")}
+    assert stems_ipynb == stems_md, f"unpaired: {sorted(stems_ipynb ^ stems_md)}"
+    assert not [p for p in CHAPTERS.glob("*.md") if not p.name.endswith(".myst.md")], \
+        "a plain .md beside an .ipynb makes Jupyter Book see two files for one document"
+
+
+def test_every_notebook_is_in_the_table_of_contents():
+    listed = {f for f in _toc_files() if f.startswith("chapters/")}
+    assert listed == {f"chapters/{p.stem}" for p in NOTEBOOKS}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_pair_is_in_sync(path):
+    from_ipynb = jupytext.read(path)
+    from_md = jupytext.read(path.with_name(path.stem + ".myst.md"))
+    assert len(from_ipynb.cells) == len(from_md.cells), "the two files have different numbers of cells"
+    for index, (a, b) in enumerate(zip(from_ipynb.cells, from_md.cells)):
+        assert (a.cell_type, a.source.strip()) == (b.cell_type, b.source.strip()), \
+            f"cell {index} differs: run python tools/refresh_notebooks.py {path.relative_to(ROOT)}"
+        assert a.metadata.get("tags", []) == b.metadata.get("tags", []), f"cell {index} tags differ"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_code_cell_was_executed_in_order_without_errors(path):
+    notebook = nbformat.read(path, as_version=4)
+    counts = [cell.execution_count for cell in _code_cells(notebook)]
+    assert None not in counts, f"unexecuted code cells at {[i for i, c in enumerate(counts) if c is None]}"
+    assert counts == list(range(1, len(counts) + 1)), f"cells executed out of order: {counts}"
+    for cell in _code_cells(notebook):
+        for output in cell.outputs:
+            assert output.output_type != "error", f"stored error output: {output.get('ename')}"
+            if output.output_type == "stream" and output.name == "stderr":
+                assert "Warning" not in output.text, f"a warning in the stored outputs: {output.text[:200]}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_first_cell_installs_from_the_configured_repository_only_in_colab(path):
+    first = _code_cells(nbformat.read(path, as_version=4))[0]
+    assert 'if "google.colab" in sys.modules:' in first.source, "the install must be guarded for Colab"
+    urls = re.findall(r"git\+(https://[^\"'\s]+)", first.source)
+    assert urls == [REPOSITORY_URL], f"install URL {urls} != repository.url {REPOSITORY_URL} in _config.yml"
+    assert "remove-cell" in first.metadata.get("tags", []), "the install cell must be hidden on the site"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_second_cell_sets_up_the_notebook(path):
+    second = _code_cells(nbformat.read(path, as_version=4))[1]
+    assert "setup_notebook(" in second.source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_figure_has_a_caption_and_alt_text(path):
+    for cell in _code_cells(nbformat.read(path, as_version=4)):
+        images = [o for o in cell.outputs if {"image/png", "image/svg+xml"} & set(o.get("data", {}))]
+        if not images:
+            continue
+        mystnb = cell.metadata.get("mystnb", {})
+        alt = mystnb.get("image", {}).get("alt", "")
+        caption = mystnb.get("figure", {}).get("caption", "")
+        assert len(alt) >= 20, f"figure without a descriptive alt text: {cell.source[:60]!r}"
+        assert re.match(r"Figure \d+[a-z]?:", caption), f"caption must start 'Figure N:': {caption[:60]!r}"
+        assert len(images) == 1, f"a cell shows {len(images)} figures; show one per cell"
