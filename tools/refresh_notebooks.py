@@ -47,7 +47,7 @@ def refresh(path: Path, timeout: int = 600) -> float:
     os.environ.pop("MPLBACKEND", None)
     os.environ.setdefault("PYTHONHASHSEED", "0")
     start = time.perf_counter()
-    NotebookClient(notebook, timeout=timeout, kernel_name="python3",
+    NotebookClient(notebook, timeout=timeout, kernel_name="python3", record_timing=False,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     elapsed = time.perf_counter() - start
     notebook.metadata.pop("jupytext", None)
