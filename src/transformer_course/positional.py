@@ -169,3 +169,57 @@ def wavelengths(d_model: int, base: float = 10000.0) -> torch.Tensor:
     """Wavelength 2*pi*base^(2i/D) of each sin/cos pair i of the sinusoidal encoding, (D/2,)."""
     d_model = check_int("d_model", d_model, minimum=2)
     return 2 * math.pi * base ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+
+
+def relative_rotation(d_model: int, k: int, base: float = 10000.0) -> torch.Tensor:
+    """The fixed linear map M_k with PE[pos + k] = M_k PE[pos] for every position pos.
+
+    For each sin/cos pair i with frequency w_i = base^(-2i/D) the angle addition formulas give
+
+        [sin((pos + k) w_i)]   [ cos(k w_i)  sin(k w_i)] [sin(pos w_i)]
+        [cos((pos + k) w_i)] = [-sin(k w_i)  cos(k w_i)] [cos(pos w_i)],
+
+    so M_k is block diagonal with one 2x2 rotation per pair, and it depends on the offset k only,
+    never on pos. In row form (as ``sinusoidal_encoding`` stores positions): PE[pos + k] = PE[pos] M_k^T.
+
+    Args:
+        d_model: encoding width D, a positive even int.
+        k: the offset; any int (negative offsets rotate backwards, M_{-k} = M_k^T).
+        base: the wavelength scale of the encoding (10000 in the paper).
+
+    Returns:
+        (D, D) float64 tensor, orthogonal, with M_a M_b = M_{a+b}.
+
+    Raises:
+        TypeError, ValueError: if ``d_model`` is not a positive even int, ``k`` is not an int or
+            ``base`` <= 0.
+
+    Vaswani et al., 2017, section 3.5 ("PE_{pos+k} can be represented as a linear function of PE_pos").
+    """
+    d_model = check_int("d_model", d_model, minimum=2)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
+    k = check_int("k", k)
+    base = check_positive_float("base", base)
+    frequency = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
+    angle = k * frequency  # (D/2,)
+    cos, sin = angle.cos(), angle.sin()  # (D/2,)
+    blocks = torch.stack((torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2)  # (D/2, 2, 2)
+    return torch.block_diag(*blocks)  # (D, D)
+
+
+def position_similarity(pe: torch.Tensor) -> torch.Tensor:
+    """Cosine similarity cos(PE[p], PE[q]) between the encodings of every pair of positions.
+
+    Args:
+        pe: (P, D) positional encodings, one row per position.
+
+    Returns:
+        (P, P) float tensor with ones on the diagonal.
+
+    Raises:
+        TypeError, ValueError: if ``pe`` is not a 2-D floating tensor.
+    """
+    check_tensor("pe", pe, ndim=2, floating=True)
+    unit = pe / pe.norm(dim=-1, keepdim=True)  # (P, D)
+    return unit @ unit.T  # (P, P)

@@ -1,0 +1,148 @@
+"""Figures of the position-wise feed-forward network: its shape, its activations, its token-wise Jacobian.
+
+``plot_ffn_diagram`` reads every width and the activation off a real ``FeedForward`` instance, so
+the picture cannot drift from the module. All functions return a ``Figure`` made by ``new_figure``.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+
+from .._validation import check_tensor
+from ..feedforward import FeedForward
+from .blocks import blank_axes, draw_arrow, draw_box
+from .style import PALETTE, new_figure
+
+_ACTIVATION_TEXT = {"relu": "ReLU", "gelu": "GELU", "swiglu": "SiLU(a) * g"}
+
+
+def ffn_diagram_labels(ffn: FeedForward) -> dict[str, str]:
+    """The texts ``plot_ffn_diagram`` writes, read off the module (exposed so tests can compare).
+
+    Returns:
+        dict with keys "input", "expand", "pre_activation", "activate", "hidden", "compress", "output".
+
+    Raises:
+        TypeError: if ``ffn`` is not a ``FeedForward``.
+    """
+    if not isinstance(ffn, FeedForward):
+        raise TypeError(f"ffn must be a FeedForward module, got {type(ffn).__name__}")
+    d_in, d_hidden = ffn.linear1.in_features, ffn.linear1.out_features
+    d_out = ffn.linear2.out_features
+    ratio = d_hidden / d_in
+    ratio_text = f"{ratio:g}" if ratio == int(ratio) else f"{ratio:.2f}"
+    expand = f"linear1: W1 ({d_in} x {d_hidden}) + b1"
+    if ffn.gate is not None:
+        expand += f"\ngate: W3 ({ffn.gate.in_features} x {ffn.gate.out_features}) + b3"
+    hidden = f"{d_hidden}\n= {ratio_text} d"
+    pre_activation = f"a and g\n2 x {hidden}" if ffn.gate is not None else f"pre-activation\n{hidden}"
+    return {
+        "input": f"x\none token\nd = {d_in}",
+        "expand": expand,
+        "pre_activation": pre_activation,
+        "hidden": f"hidden\n{hidden}",
+        "activate": _ACTIVATION_TEXT[ffn.activation],
+        "compress": f"linear2: W2 ({ffn.linear2.in_features} x {d_out}) + b2",
+        "output": f"FFN(x)\nd = {d_out}",
+    }
+
+
+def plot_ffn_diagram(ffn: FeedForward) -> Figure:
+    """d -> d_ff -> d: expand, activate, compress, drawn with box heights proportional to the widths.
+
+    Args:
+        ffn: the module to draw; its ``linear1``, ``gate``, ``linear2`` and ``activation`` give
+            every label.
+
+    Returns:
+        The figure (one axes; its texts are ``ffn_diagram_labels(ffn)`` plus the three step names).
+
+    Raises:
+        TypeError: if ``ffn`` is not a ``FeedForward``.
+    """
+    labels = ffn_diagram_labels(ffn)
+    d_in, d_hidden, d_out = ffn.linear1.in_features, ffn.linear1.out_features, ffn.linear2.out_features
+    scale = 4.4 / max(d_in, d_hidden, d_out)  # the tallest vector is 4.4 units high
+    heights = [max(0.9, n * scale) for n in (d_in, d_hidden, d_hidden, d_out)]
+    xs = [0.3, 4.0, 7.0, 10.7]
+    width, mid = 1.3, 3.0
+    fig = new_figure(9.0, 4.0)
+    ax = blank_axes(fig.add_subplot(), (0, 12.4), (0, 5.6))
+    colors = [PALETTE["embedding"], PALETTE["ffn"], PALETTE["ffn"], PALETTE["output"]]
+    texts = [labels["input"], labels["pre_activation"], labels["hidden"], labels["output"]]
+    for x, h, color, text in zip(xs, heights, colors, texts):
+        draw_box(ax, x, mid - h / 2, width, h, text, color=color, fontsize=8)
+    steps = (("expand", labels["expand"]), ("activate", labels["activate"]), ("compress", labels["compress"]))
+    for (step, text), x0, x1 in zip(steps, xs[:-1], xs[1:]):
+        start, end = (x0 + width + 0.08, mid), (x1 - 0.08, mid)
+        draw_arrow(ax, start, end)
+        centre = (start[0] + end[0]) / 2
+        ax.text(centre, mid + 0.25, step, ha="center", va="bottom", fontsize=10, fontweight="bold")
+        ax.text(centre, mid - 0.25, text, ha="center", va="top", fontsize=7.5)
+    ax.text(6.2, 0.05, "the same weights for every position t = 1 ... T: no mixing between tokens",
+            ha="center", va="bottom", fontsize=8.5, style="italic")
+    return fig
+
+
+def plot_activations(low: float = -4.0, high: float = 4.0, points: int = 401) -> Figure:
+    """ReLU, GELU and SiLU (the gate of SwiGLU) and their derivatives, side by side.
+
+    Raises:
+        ValueError: if ``low`` >= ``high`` or ``points`` < 2.
+    """
+    if not low < high:
+        raise ValueError(f"low must be < high, got low={low}, high={high}")
+    if points < 2:
+        raise ValueError(f"points must be >= 2, got {points}")
+    x = torch.linspace(low, high, points, dtype=torch.float64, requires_grad=True)  # (N,)
+    curves = {"ReLU  max(0, x)": F.relu, "GELU  x Phi(x)": F.gelu, "SiLU  x sigmoid(x) (SwiGLU's gate)": F.silu}
+    colors = [PALETTE["projection"], PALETTE["output"], PALETTE["norm"]]
+    styles = ["-", "--", "-."]
+    fig = new_figure(9.0, 3.6)
+    left, right = fig.subplots(1, 2)
+    for (name, f), color, style in zip(curves.items(), colors, styles):
+        y = f(x)  # (N,)
+        (slope,) = torch.autograd.grad(y.sum(), x)  # (N,), elementwise derivative
+        left.plot(x.detach().numpy(), y.detach().numpy(), style, color=color, linewidth=1.8, label=name)
+        right.plot(x.detach().numpy(), slope.numpy(), style, color=color, linewidth=1.8, label=name)
+    for ax, title in ((left, "activation f(x)"), (right, "derivative f'(x)")):
+        ax.axhline(0, color="grey", linewidth=0.5)
+        ax.axvline(0, color="grey", linewidth=0.5)
+        ax.set_xlabel("pre-activation x")
+        ax.set_title(title)
+    left.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def plot_position_jacobians(blocks: Mapping[str, torch.Tensor]) -> Figure:
+    """Heatmaps of ||d out_i / d in_j|| between positions, one panel per named module.
+
+    Args:
+        blocks: name -> (T, T) tensor of Jacobian block norms (row i output, column j input).
+
+    Raises:
+        TypeError, ValueError: if ``blocks`` is empty or a value is not a square 2-D float tensor.
+    """
+    if not blocks:
+        raise ValueError("blocks must hold at least one (T, T) tensor, got none")
+    for name, block in blocks.items():
+        check_tensor(f"blocks[{name!r}]", block, ndim=2, floating=True)
+        if block.shape[0] != block.shape[1]:
+            raise ValueError(f"blocks[{name!r}] must be square (T, T), got shape {tuple(block.shape)}")
+    fig = new_figure(3.4 * len(blocks) + 0.6, 3.4)
+    axes = fig.subplots(1, len(blocks), squeeze=False)[0]
+    for ax, (name, block) in zip(axes, blocks.items()):
+        values = block.detach().cpu().float()
+        image = ax.imshow(values.numpy(), cmap="viridis", vmin=0, interpolation="nearest")
+        t = values.shape[0]
+        ax.set_xticks(range(t))
+        ax.set_yticks(range(t))
+        ax.set_xlabel("input position j")
+        ax.set_ylabel("output position i")
+        ax.set_title(name, fontsize=10)
+        fig.colorbar(image, ax=ax, shrink=0.8, label="||d out_i / d x_j||")
+    return fig

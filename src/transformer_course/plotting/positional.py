@@ -1,0 +1,145 @@
+"""Figures of positional information: the sinusoidal matrix, its waves, similarities, ALiBi biases.
+
+Every function takes data (tensors made by ``transformer_course.positional``) and returns a
+``Figure`` built with ``new_figure``; nothing is shown and no global state changes.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from matplotlib.figure import Figure
+
+from .._validation import check_tensor
+from .style import PALETTE, new_figure
+
+
+def _check_pe(pe: object) -> torch.Tensor:
+    check_tensor("pe", pe, ndim=2, floating=True)
+    return pe.detach().cpu().float()
+
+
+def plot_pe_matrix(pe: torch.Tensor, title: str = "Sinusoidal positional encoding") -> Figure:
+    """Heatmap of a (P, D) encoding: positions down the rows, dimensions along the columns.
+
+    Args:
+        pe: (P, D) encoding, e.g. ``sinusoidal_encoding(P, D)``.
+        title: axes title.
+
+    Returns:
+        The figure (one axes and a colour bar, values in [-1, 1]).
+
+    Raises:
+        TypeError, ValueError: if ``pe`` is not a 2-D floating tensor.
+    """
+    pe = _check_pe(pe)
+    fig = new_figure(7.0, 4.2)
+    ax = fig.add_subplot()
+    image = ax.imshow(pe.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    ax.set_xlabel(f"encoding dimension (0 ... {pe.shape[1] - 1}); wavelength grows to the right")
+    ax.set_ylabel(f"position pos (0 ... {pe.shape[0] - 1})")
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label="PE[pos, dim]")
+    return fig
+
+
+def plot_pe_dimensions(pe: torch.Tensor, dims: Sequence[int],
+                       labels: Sequence[str] | None = None) -> Figure:
+    """Selected columns of a (P, D) encoding as functions of position, one stacked panel each.
+
+    Args:
+        pe: (P, D) encoding.
+        dims: the dimensions (columns) to draw, e.g. one fast, one medium and one slow wave.
+        labels: optional legend text per dimension (default "dimension d").
+
+    Returns:
+        The figure, one panel per dimension sharing the position axis.
+
+    Raises:
+        TypeError, ValueError: if ``pe`` is not 2-D, ``dims`` is empty or out of range, or
+            ``labels`` has a different length.
+    """
+    pe = _check_pe(pe)
+    dims = list(dims)
+    if not dims:
+        raise ValueError("dims must name at least one dimension, got an empty sequence")
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < pe.shape[1]:
+            raise ValueError(f"dims must hold ints in [0, {pe.shape[1]}), got {d!r}")
+    labels = [f"dimension {d}" for d in dims] if labels is None else list(labels)
+    if len(labels) != len(dims):
+        raise ValueError(f"labels must have one entry per dimension ({len(dims)}), got {len(labels)}")
+    colors = [PALETTE["output"], PALETTE["attention"], PALETTE["projection"], PALETTE["norm"], PALETTE["recurrent"]]
+    fig = new_figure(7.0, 1.4 + 1.2 * len(dims))
+    axes = fig.subplots(len(dims), 1, sharex=True, squeeze=False)[:, 0]
+    positions = torch.arange(pe.shape[0]).numpy()
+    for ax, d, label, color in zip(axes, dims, labels, colors * len(dims)):
+        ax.plot(positions, pe[:, d].numpy(), color=color, linewidth=1.4, marker=".", markersize=3, label=label)
+        ax.axhline(0, color="grey", linewidth=0.5)
+        ax.set_ylim(-1.15, 1.15)
+        ax.set_ylabel(f"PE[:, {d}]")
+        ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+    axes[-1].set_xlabel("position pos")
+    axes[0].set_title("Three dimensions of the encoding: fast, medium and slow waves")
+    return fig
+
+
+def plot_position_similarity(similarity: torch.Tensor, title: str = "Cosine similarity of encodings") -> Figure:
+    """Heatmap of a (P, P) similarity between positions (e.g. ``position_similarity(pe)``).
+
+    Raises:
+        TypeError, ValueError: if ``similarity`` is not a square 2-D floating tensor.
+    """
+    check_tensor("similarity", similarity, ndim=2, floating=True)
+    if similarity.shape[0] != similarity.shape[1]:
+        raise ValueError(f"similarity must be square (P, P), got shape {tuple(similarity.shape)}")
+    fig = new_figure(5.4, 4.4)
+    ax = fig.add_subplot()
+    image = ax.imshow(similarity.detach().cpu().float().numpy(), cmap="viridis", interpolation="nearest")
+    ax.set_xlabel("position q")
+    ax.set_ylabel("position p")
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label="cos(PE[p], PE[q])")
+    return fig
+
+
+def plot_alibi_bias(bias: torch.Tensor, slopes: torch.Tensor | None = None, causal: bool = True) -> Figure:
+    """One heatmap per head of an ALiBi bias (H, T, T); with ``causal`` the future is left blank.
+
+    Args:
+        bias: (H, T, T) additive bias, e.g. ``alibi_bias(H, T)``.
+        slopes: optional (H,) slopes, written in the panel titles.
+        causal: hide keys j > i (a decoder never scores them), as in the ALiBi paper's figure.
+
+    Raises:
+        TypeError, ValueError: if ``bias`` is not (H, T, T) or ``slopes`` has the wrong length.
+    """
+    check_tensor("bias", bias, ndim=3, floating=True)
+    if bias.shape[1] != bias.shape[2]:
+        raise ValueError(f"bias must have shape (H, T, T), got {tuple(bias.shape)}")
+    h, t, _ = bias.shape
+    if slopes is not None and tuple(slopes.shape) != (h,):
+        raise ValueError(f"slopes must have shape (H,) = ({h},), got {tuple(slopes.shape)}")
+    values = bias.detach().cpu().float().clone()  # (H, T, T)
+    if causal:
+        future = torch.ones(t, t, dtype=torch.bool).triu(1)  # (T, T), True above the diagonal
+        values[:, future] = float("nan")
+    vmin = float(torch.nan_to_num(values, nan=0.0).min())
+    fig = new_figure(2.3 * h + 1.0, 3.0)
+    axes = fig.subplots(1, h, squeeze=False)[0]
+    image = None
+    for head, ax in enumerate(axes):
+        image = ax.imshow(values[head].numpy(), cmap="magma", vmin=vmin, vmax=0, interpolation="nearest")
+        title = f"head {head + 1}"
+        if slopes is not None:
+            title += f", m = {float(slopes[head]):.3g}"
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("key j")
+        if head == 0:
+            ax.set_ylabel("query i")
+        ax.set_xticks(range(t))
+        ax.set_yticks(range(t))
+        ax.tick_params(labelsize=7)
+    fig.colorbar(image, ax=list(axes), label="bias  -m (i - j)", shrink=0.9)
+    return fig
