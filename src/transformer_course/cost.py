@@ -168,3 +168,82 @@ def measure_flops(module: nn.Module, *inputs: Any, **kwargs: Any) -> int:
     with hand_written_attention(module), counter, torch.no_grad():
         module(*inputs, **kwargs)
     return int(counter.get_total_flops())
+
+
+def crossover_length(d: int, expansion: float = 4, num_heads: int = 8) -> int:
+    """Smallest integer n at which a block's attention FLOPs reach its FFN FLOPs (found numerically).
+
+    Solving 8 n d^2 + 4 n^2 d = 4 e n d^2 gives n = (e - 2) d: 2d for the usual e = 4. This
+    function does not use that formula: it bisects on ``block_flops`` so the chapter can check
+    the algebra against the package's own count. For e <= 2 attention is never below the FFN and
+    the answer is 1.
+
+    Args:
+        d: model width.
+        expansion: FFN expansion e.
+        num_heads: heads (does not change matrix-product FLOPs).
+
+    Returns:
+        The smallest n >= 1 with attention FLOPs >= FFN FLOPs.
+    """
+    def attention_reaches_ffn(n: int) -> bool:
+        parts = block_flops(n, d, expansion, num_heads)
+        return parts["attention"] >= parts["ffn"]
+
+    low, high = 1, 1
+    while not attention_reaches_ffn(high):  # the n^2 term wins eventually: double until it does
+        low, high = high, 2 * high
+    if attention_reaches_ffn(low):
+        return low
+    while high - low > 1:  # invariant: not at low, reached at high
+        middle = (low + high) // 2
+        low, high = (low, middle) if attention_reaches_ffn(middle) else (middle, high)
+    return high
+
+
+def component_share_table(d: int = 512, lengths: tuple[int, ...] = (64, 256, 1024, 4096),
+                          expansion: float = 4, num_heads: int = 8,
+                          include_softmax: bool = True) -> pd.DataFrame:
+    """Share (%) of one block's FLOPs in each component (``BLOCK_COMPONENTS``) for each length n.
+
+    Args:
+        d: model width.
+        lengths: sequence lengths n.
+        expansion: FFN expansion e.
+        num_heads: heads (sets the softmax's elementwise count).
+        include_softmax: count the softmax's elementwise operations (True) or only matrix
+            products, as the card's table does (False: the softmax column is then 0).
+
+    Returns:
+        DataFrame indexed by "n" with one column per component; each row sums to 100.
+    """
+    if not isinstance(lengths, (list, tuple)) or not lengths:
+        raise ValueError(f"lengths must be a non-empty list or tuple of ints, got {lengths!r}")
+    rows = []
+    for n in lengths:
+        parts = block_flops(n, d, expansion, num_heads)
+        if not include_softmax:
+            parts["softmax"] = 0
+        total = sum(parts[c] for c in BLOCK_COMPONENTS)
+        rows.append({c: 100 * parts[c] / total for c in BLOCK_COMPONENTS})
+    return pd.DataFrame(rows, index=pd.Index(lengths, name="n"))
+
+
+def expansion_table(n: int = 64, d: int = 512, expansions: tuple[float, ...] = (4, 2, 1),
+                    num_heads: int = 8) -> pd.DataFrame:
+    """Each component's FLOPs at one (n, d) for several FFN expansions, and the largest component.
+
+    Returns:
+        DataFrame indexed by "expansion" with one FLOP column per ``BLOCK_COMPONENTS`` entry and a
+        "largest" column naming the component with the most FLOPs.
+    """
+    if not isinstance(expansions, (list, tuple)) or not expansions:
+        raise ValueError(f"expansions must be a non-empty list or tuple, got {expansions!r}")
+    rows = []
+    for expansion in expansions:
+        parts = block_flops(n, d, expansion, num_heads)
+        row = {c: parts[c] for c in BLOCK_COMPONENTS}
+        most = max(parts[c] for c in BLOCK_COMPONENTS)
+        row["largest"] = " = ".join(c for c in BLOCK_COMPONENTS if parts[c] == most)  # ties named together
+        rows.append(row)
+    return pd.DataFrame(rows, index=pd.Index(expansions, name="expansion"))

@@ -46,3 +46,23 @@ class ElmanRNN(nn.Module):
             h = torch.tanh(inputs[:, step] + self.hidden_proj(h))  # (B, D): waits for h_{t-1}
             states.append(h)
         return torch.stack(states, dim=1)  # (B, T, D)
+
+
+def rnn_parameters(d_model: int) -> int:
+    """Parameters of ``ElmanRNN(d_model)``: two (D, D) matrices and two biases, 2 D^2 + 2 D."""
+    d_model = check_int("d_model", d_model, minimum=1)
+    return 2 * d_model * d_model + 2 * d_model
+
+
+def rnn_width_for_parameters(parameters: int) -> int:
+    """The width D whose ``ElmanRNN(D)`` has the parameter count closest to ``parameters``.
+
+    Used to compare an RNN and a Transformer layer of (nearly) the same size.
+
+    Raises:
+        TypeError, ValueError: if ``parameters`` is not a positive int.
+    """
+    parameters = check_int("parameters", parameters, minimum=1)
+    width = max(1, int((parameters / 2) ** 0.5))
+    candidates = (max(1, width - 1), width, width + 1)
+    return min(candidates, key=lambda d: (abs(rnn_parameters(d) - parameters), d))

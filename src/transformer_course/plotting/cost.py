@@ -1,0 +1,124 @@
+"""Figures of the computation chapter (DL0033): where a block's FLOPs (and its time) go.
+
+The functions take the DataFrames of ``transformer_course.cost`` and ``transformer_course.timing``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ..cost import BLOCK_COMPONENTS
+from .style import PALETTE, new_figure
+
+COMPONENT_LABELS = {
+    "qkvo_projections": "Q, K, V, O projections",
+    "scores_qk": r"scores $QK^\top$",
+    "weighted_values_av": r"weighted values $AV$",
+    "softmax": "softmax",
+    "ffn": "FFN",
+}
+COMPONENT_COLOURS = {
+    "qkvo_projections": PALETTE["projection"],
+    "scores_qk": PALETTE["attention"],
+    "weighted_values_av": PALETTE["output"],
+    "softmax": PALETTE["recurrent"],
+    "ffn": PALETTE["ffn"],
+}
+
+
+def _check_frame(name: str, frame: object, columns: tuple[str, ...]) -> pd.DataFrame:
+    if not isinstance(frame, pd.DataFrame) or frame.empty:
+        raise ValueError(f"{name} must be a non-empty DataFrame")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{name} is missing columns {missing}")
+    return frame
+
+
+def plot_share_vs_length(shares: pd.DataFrame, crossover: float, d: int) -> Figure:
+    """MHA and FFN share of a block's FLOPs against n (log axis), with the crossover marked.
+
+    Args:
+        shares: ``cost.flop_share_table`` output over many lengths.
+        crossover: the length where the shares meet (``cost.crossover_length``).
+        d: the model width, for the title and the n = 2d label.
+
+    Returns:
+        The figure.
+    """
+    shares = _check_frame("shares", shares, ("MHA Share (%)", "FFN Share (%)"))
+    fig = new_figure(6.6, 4.0)
+    ax = fig.subplots()
+    lengths = shares.index.to_numpy()
+    ax.semilogx(lengths, shares["MHA Share (%)"], color=PALETTE["attention"], lw=2, label="multi-head attention")
+    ax.semilogx(lengths, shares["FFN Share (%)"], color=PALETTE["ffn"], lw=2, label="feed-forward network")
+    ax.axvline(crossover, color="black", ls="--", lw=1)
+    ax.annotate(f"crossover n = {crossover:g} = 2d", xy=(crossover, 50), xytext=(crossover / 12, 85),
+                arrowprops={"arrowstyle": "->"}, fontsize=9)
+    ax.fill_between(lengths, 0, 100, where=lengths <= crossover, color=PALETTE["ffn"], alpha=0.08)
+    ax.fill_between(lengths, 0, 100, where=lengths >= crossover, color=PALETTE["attention"], alpha=0.08)
+    ax.text(lengths[0] * 1.2, 5, "FFN dominates", fontsize=9)
+    ax.text(lengths[-1] / 1.2, 5, "attention dominates", fontsize=9, ha="right")
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("sequence length n (log scale)")
+    ax.set_ylabel("share of the block's matrix-product FLOPs (%)")
+    ax.set_title(f"d = {d}, FFN expansion 4")
+    ax.legend(frameon=False, loc="center left")
+    return fig
+
+
+def plot_component_shares(shares: pd.DataFrame) -> Figure:
+    """Stacked bars: share (%) of each block component (``BLOCK_COMPONENTS``) for each length n.
+
+    Args:
+        shares: ``cost.component_share_table`` output.
+
+    Returns:
+        The figure.
+    """
+    shares = _check_frame("shares", shares, BLOCK_COMPONENTS)
+    fig = new_figure(7.4, 4.2)
+    ax = fig.subplots()
+    positions = np.arange(len(shares))
+    bottom = np.zeros(len(shares))
+    for component in ("ffn", "qkvo_projections", "softmax", "scores_qk", "weighted_values_av"):
+        values = shares[component].to_numpy()
+        ax.bar(positions, values, bottom=bottom, color=COMPONENT_COLOURS[component], edgecolor="white",
+               label=COMPONENT_LABELS[component])
+        for x, y0, v in zip(positions, bottom, values):
+            if v >= 6:
+                ax.text(x, y0 + v / 2, f"{v:.0f}%", ha="center", va="center", fontsize=8)
+        bottom += values
+    ax.set_xticks(positions, [str(n) for n in shares.index])
+    ax.set_xlabel("sequence length n")
+    ax.set_ylabel("share of the block's FLOPs (%)")
+    ax.set_ylim(0, 100)
+    ax.legend(frameon=False, bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=8)
+    return fig
+
+
+def plot_time_vs_flops(components: pd.DataFrame) -> Figure:
+    """Side-by-side bars: each component's share of the FLOPs and of the measured time.
+
+    Args:
+        components: ``timing.time_block_components`` output.
+
+    Returns:
+        The figure.
+    """
+    components = _check_frame("components", components, ("time share (%)", "FLOP share (%)"))
+    fig = new_figure(6.8, 3.8)
+    ax = fig.subplots()
+    positions = np.arange(len(components))
+    ax.barh(positions + 0.2, components["FLOP share (%)"], height=0.4, color=PALETTE["neutral"],
+            edgecolor="black", label="share of FLOPs")
+    ax.barh(positions - 0.2, components["time share (%)"], height=0.4,
+            color=[COMPONENT_COLOURS.get(c, PALETTE["neutral"]) for c in components.index], edgecolor="black",
+            label="share of measured time")
+    ax.set_yticks(positions, [COMPONENT_LABELS.get(c, c) for c in components.index])
+    ax.invert_yaxis()
+    ax.set_xlabel("share (%)")
+    ax.legend(frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2)
+    return fig

@@ -1,0 +1,142 @@
+"""Figures of the Transformer-vs-RNN chapter (DL0032): the two dependency structures, measured.
+
+``plot_rnn_vs_transformer`` reads what it draws off the module instances (widths, heads, the
+sub-layers of the block and their order); the curves are drawn from the tables of
+``transformer_course.dependency``.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+from torch import nn
+
+from .._validation import check_int
+from ..attention import MultiHeadAttention
+from ..feedforward import FeedForward
+from ..normalization import LayerNorm
+from .blocks import blank_axes, draw_arrow, draw_box
+from .style import PALETTE, new_figure
+
+
+def _block_rows(layer: nn.Module) -> list[tuple[str, str]]:
+    """(label, colour) of each sub-layer of a Transformer block, bottom to top, read off ``layer``."""
+    rows = []
+    for name, child in layer.named_children():
+        if isinstance(child, MultiHeadAttention):
+            rows.append((f"{name}: multi-head attention\nH={child.num_heads}, all n x n scores", PALETTE["attention"]))
+        elif isinstance(child, FeedForward):
+            rows.append((f"{name}: FFN {child.d_model}->{child.d_ff}->{child.d_model}\nevery token at once",
+                         PALETTE["ffn"]))
+    norm_first = getattr(layer, "norm_first", False)
+    labelled = []
+    for label, colour in rows:  # each sub-layer is wrapped in residual + LayerNorm
+        norm = ("LayerNorm", PALETTE["norm"])
+        add = ("add residual", PALETTE["neutral"])
+        labelled += [norm, (label, colour), add] if norm_first else [(label, colour), ("add & LayerNorm", PALETTE["norm"])]
+    if not any(isinstance(c, LayerNorm) for c in layer.children()):
+        labelled = [row for row in labelled if "LayerNorm" not in row[0]]
+    return labelled
+
+
+def plot_rnn_vs_transformer(rnn: nn.Module, layer: nn.Module, n: int = 5) -> Figure:
+    """An unrolled RNN (a chain of n cells) beside a Transformer block that takes all n tokens at once.
+
+    Args:
+        rnn: the recurrent model; its ``d_model`` labels the hidden state.
+        layer: a Transformer block (e.g. ``EncoderLayer``); its attention and FFN sub-layers, in
+            order, become the block's rows.
+        n: number of tokens drawn (2 to 8).
+
+    Returns:
+        The figure (two panels).
+    """
+    n = check_int("n", n, minimum=2)
+    if n > 8:
+        raise ValueError(f"n must be <= 8 to stay readable, got {n}")
+    for name, module in (("rnn", rnn), ("layer", layer)):
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"{name} must be a torch.nn.Module, got {type(module).__name__}")
+    fig = new_figure(11, 4.6)
+    left, right = fig.subplots(1, 2, width_ratios=[1.15, 1])
+    width = n * 1.6 + 0.6
+    blank_axes(left, (-0.3, width), (-1.4, 4.6))
+    left.set_title(f"RNN ({type(rnn).__name__}, D={rnn.d_model}): n = {n} steps, one after another")
+    for t in range(n):
+        x0 = 0.2 + 1.6 * t
+        draw_box(left, x0, 1.0, 1.0, 1.0, f"cell\nstep {t + 1}", color=PALETTE["recurrent"])
+        draw_box(left, x0 + 0.15, -0.9, 0.7, 0.6, f"$x_{{{t + 1}}}$", color=PALETTE["embedding"])
+        draw_arrow(left, (x0 + 0.5, -0.3), (x0 + 0.5, 1.0))
+        draw_arrow(left, (x0 + 0.5, 2.0), (x0 + 0.5, 2.9))
+        left.text(x0 + 0.5, 3.2, f"$h_{{{t + 1}}}$", ha="center", va="center")
+        if t < n - 1:
+            draw_arrow(left, (x0 + 1.0, 1.5), (x0 + 1.6, 1.5), color=PALETTE["output"])
+            left.text(x0 + 1.3, 1.75, f"$h_{{{t + 1}}}$", ha="center", fontsize=8, color=PALETTE["output"])
+    left.text(width / 2, 4.1, r"$h_t = \tanh(W_{ih}x_t + W_{hh}h_{t-1} + b)$: step t waits for step t-1",
+              ha="center", fontsize=9)
+    rows = _block_rows(layer)
+    height = 0.75 * len(rows)
+    blank_axes(right, (-0.3, width), (-1.4, height + 2.6))
+    right.set_title(f"Transformer block ({type(layer).__name__}): all n = {n} tokens in one pass")
+    for index, (label, colour) in enumerate(rows):
+        draw_box(right, 0.2, 0.4 + 0.75 * index, width - 0.6, 0.6, label.replace("\n", "  "), color=colour,
+                 fontsize=8)
+    for t in range(n):
+        x0 = 0.2 + 1.6 * t
+        draw_box(right, x0 + 0.15, -0.9, 0.7, 0.6, f"$x_{{{t + 1}}}$", color=PALETTE["embedding"])
+        draw_arrow(right, (x0 + 0.5, -0.3), (x0 + 0.5, 0.4))
+        draw_arrow(right, (x0 + 0.5, 0.4 + height - 0.15), (x0 + 0.5, 0.4 + height + 0.6))
+        right.text(x0 + 0.5, 0.4 + height + 0.9, f"$y_{{{t + 1}}}$", ha="center", va="center")
+    right.text(width / 2, height + 2.0, f"{len(rows)} stacked stages, the same for any n; no arrow between tokens",
+               ha="center", fontsize=9)
+    return fig
+
+
+def plot_dependency_depth(depths: pd.DataFrame) -> Figure:
+    """Measured dependency depth (longest autograd path, token 1 -> output n) against n.
+
+    Args:
+        depths: ``dependency.depth_table`` output, indexed by n, one column per model.
+
+    Returns:
+        The figure, with the slope of each line (operations per extra token) in the legend.
+    """
+    if not isinstance(depths, pd.DataFrame) or depths.empty:
+        raise ValueError("depths must be a non-empty DataFrame indexed by n (see depth_table)")
+    fig = new_figure(6.4, 4.0)
+    ax = fig.subplots()
+    colours = [PALETTE["recurrent"], PALETTE["attention"], PALETTE["projection"], PALETTE["ffn"]]
+    lengths = depths.index.to_numpy()
+    for (name, values), colour in zip(depths.items(), colours * 2):
+        values = values.to_numpy()
+        slope = (values[-1] - values[0]) / (lengths[-1] - lengths[0]) if len(lengths) > 1 else 0.0
+        ax.plot(lengths, values, marker="o", color=colour, label=f"{name}: {slope:+g} operations per token")
+    ax.set_xlabel("sequence length n")
+    ax.set_ylabel("longest autograd path, token 1 to output n\n(operations that must run in order)")
+    ax.legend(frameon=False)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_gradient_reach(gradients: pd.DataFrame) -> Figure:
+    """Gradient norm reaching token 1 from output n against n, on a log scale.
+
+    Args:
+        gradients: ``dependency.gradient_table`` output, indexed by n, one column per model.
+
+    Returns:
+        The figure.
+    """
+    if not isinstance(gradients, pd.DataFrame) or gradients.empty:
+        raise ValueError("gradients must be a non-empty DataFrame indexed by n (see gradient_table)")
+    fig = new_figure(6.4, 4.0)
+    ax = fig.subplots()
+    colours = [PALETTE["recurrent"], PALETTE["attention"], PALETTE["projection"], PALETTE["ffn"]]
+    for (name, values), colour in zip(gradients.items(), colours * 2):
+        ax.semilogy(gradients.index, values, marker="o", color=colour, label=name)
+    ax.set_xlabel("sequence length n")
+    ax.set_ylabel(r"$\|\partial (u\cdot y_n) / \partial x_1\|$")
+    ax.set_title("How much gradient from the last output reaches token 1")
+    ax.legend(frameon=False)
+    ax.grid(alpha=0.3, which="both")
+    return fig
