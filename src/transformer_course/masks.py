@@ -64,10 +64,11 @@ def sliding_window_mask(t: int, window: int, causal: bool = False,
     """
     t = check_int("t", t, minimum=1)
     window = check_int("window", window, minimum=1)
-    offset = torch.arange(t, device=device).unsqueeze(1) - torch.arange(t, device=device)  # (T, T) i - j
-    if causal:
-        return (offset >= 0) & (offset < window)
-    return offset.abs() <= window // 2
+    # Broadcast comparisons build the (T, T) bool mask directly, with no (T, T) integer temporary.
+    i = torch.arange(t, device=device).unsqueeze(1)  # (T, 1)
+    j = torch.arange(t, device=device).unsqueeze(0)  # (1, T)
+    behind, ahead = (window - 1, 0) if causal else (window // 2, window // 2)
+    return (j >= i - behind) & (j <= i + ahead)  # (T, T)
 
 
 def dilated_mask(t: int, dilation: int, causal: bool = False,
@@ -90,9 +91,10 @@ def dilated_mask(t: int, dilation: int, causal: bool = False,
     """
     t = check_int("t", t, minimum=1)
     dilation = check_int("dilation", dilation, minimum=1)
-    offset = torch.arange(t, device=device).unsqueeze(1) - torch.arange(t, device=device)  # (T, T)
-    mask = offset.remainder(dilation) == 0
-    return mask & (offset >= 0) if causal else mask
+    position = torch.arange(t, device=device)  # (T,)
+    residue = position % dilation  # (T,): j - i is a multiple of d iff i and j share the residue
+    mask = residue.unsqueeze(1) == residue.unsqueeze(0)  # (T, T)
+    return mask & (position.unsqueeze(0) <= position.unsqueeze(1)) if causal else mask
 
 
 def padding_mask(lengths: torch.Tensor | list[int], t: int) -> torch.Tensor:
