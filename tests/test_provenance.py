@@ -158,8 +158,24 @@ def test_course_exhibits_skips_the_index_itself_and_sorts_by_file(tmp_path):
 
 def test_the_course_chapters_parse_and_every_exhibit_names_a_package_function():
     """The real chapters: each captioned figure or table is made by a function of the package."""
-    exhibits = course_exhibits(ROOT / "chapters")
+    exhibits = course_exhibits(ROOT / "chapters", ROOT / "_toc.yml")
     missing = [f"{e.notebook}: {e.label}" for e in exhibits if e.function is None]
     assert not missing, f"exhibits not made by a transformer_course function: {missing}"
     for e in exhibits:
         assert e.function.startswith(provenance.PACKAGE + ".")
+
+
+def test_course_notebooks_follow_the_table_of_contents(tmp_path):
+    cell = _figure("from transformer_course.plotting.style import new_figure\nnew_figure()", "Figure 1: x.")
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    for stem in ("dl0030_b", "dl0027_a", "not_listed_yet"):
+        _write(chapters, stem, [cell])
+    toc = tmp_path / "_toc.yml"
+    toc.write_text("format: jb-book\nroot: intro\nparts:\n  - caption: Chapters\n    chapters:\n"
+                   "      - file: chapters/dl0030_b\n      - file: \"chapters/dl0027_a\"  # a comment\n"
+                   "      - file: chapters/dl0099_missing\n")
+    assert provenance.toc_files(toc) == ["chapters/dl0030_b", "chapters/dl0027_a", "chapters/dl0099_missing"]
+    assert [p.stem for p in provenance.course_notebooks(chapters, toc)] == ["dl0030_b", "dl0027_a"]
+    assert [e.notebook for e in course_exhibits(chapters, toc)] == ["dl0030_b", "dl0027_a"]
+    assert [p.stem for p in provenance.course_notebooks(chapters)] == ["dl0027_a", "dl0030_b", "not_listed_yet"]

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
 import pandas as pd
 
 PACKAGE = "transformer_course"
@@ -233,11 +233,21 @@ def defining_name(dotted: str) -> str:
     return dotted
 
 
-def chapter_title(notebook: nbformat.NotebookNode, default: str) -> str:
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def read_cells(path: str | Path) -> list[dict]:
+    """The cells of an ``.ipynb`` file as plain dicts (read as JSON: no dependency on nbformat)."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
+
+
+def chapter_title(cells: list[dict], default: str) -> str:
     """The text of the notebook's first level-1 heading, or ``default``."""
-    for cell in notebook.cells:
-        if cell.cell_type == "markdown":
-            match = re.search(r"^#\s+(.+?)\s*$", cell.source, re.MULTILINE)
+    for cell in cells:
+        if cell.get("cell_type") == "markdown":
+            match = re.search(r"^#\s+(.+?)\s*$", _source(cell), re.MULTILINE)
             if match:
                 return match.group(1)
     return default
@@ -255,20 +265,22 @@ def notebook_exhibits(path: str | Path, resolve: bool = True) -> list[Exhibit]:
         A list of :class:`Exhibit`.
     """
     path = Path(path)
-    notebook = nbformat.read(path, as_version=4)
-    code_sources = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
+    cells = read_cells(path)
+    code_sources = [_source(cell) for cell in cells if cell.get("cell_type") == "code"]
     imports = package_imports(code_sources)
-    title = chapter_title(notebook, path.stem)
+    title = chapter_title(cells, path.stem)
     exhibits: list[Exhibit] = []
     code_index = -1
-    for index, cell in enumerate(notebook.cells):
-        if cell.cell_type != "code":
+    for index, cell in enumerate(cells):
+        if cell.get("cell_type") != "code":
             continue
         code_index += 1
-        options = cell.metadata.get("mystnb", {}).get("figure", {})
+        metadata = cell.get("metadata", {})
+        mystnb = metadata.get("mystnb", {})
+        options = mystnb.get("figure", {}) if isinstance(mystnb, dict) else {}
         options = options if isinstance(options, dict) else {}
         caption = str(options.get("caption", "")).strip()
-        tagged = TABLE_TAG in cell.metadata.get("tags", [])
+        tagged = TABLE_TAG in metadata.get("tags", [])
         if not caption and not tagged:
             continue
         match = _NUMBER.match(caption)
@@ -276,7 +288,7 @@ def notebook_exhibits(path: str | Path, resolve: bool = True) -> list[Exhibit]:
             kind = "table"
         else:
             kind = "figure"
-        function = find_maker(cell.source, imports, code_sources[:code_index])
+        function = find_maker(_source(cell), imports, code_sources[:code_index])
         if function and resolve:
             function = defining_name(function)
         exhibits.append(Exhibit(
@@ -292,11 +304,30 @@ def notebook_exhibits(path: str | Path, resolve: bool = True) -> list[Exhibit]:
     return exhibits
 
 
-def course_exhibits(chapters: str | Path, exclude: tuple[str, ...] = ("figure_index",),
-                    resolve: bool = True) -> list[Exhibit]:
-    """The exhibits of every ``*.ipynb`` in a folder (sorted by file name), ``exclude`` stems left out."""
+def toc_files(toc: str | Path) -> list[str]:
+    """The ``file:`` entries of a Jupyter Book ``_toc.yml``, in order (read without a YAML parser)."""
+    text = Path(toc).read_text(encoding="utf-8")
+    return [match.group(1).strip("'\"") for match in
+            re.finditer(r"^\s*-?\s*file:\s*(\S+)\s*(?:#.*)?$", text, re.MULTILINE)]
+
+
+def course_notebooks(chapters: str | Path, toc: str | Path | None = None) -> list[Path]:
+    """The chapter notebooks of a folder: in table-of-contents order when ``toc`` is given (only
+    those listed there, so every link made from them resolves on the site), else by file name."""
+    chapters = Path(chapters)
+    notebooks = sorted(chapters.glob("*.ipynb"))
+    if toc is None:
+        return notebooks
+    by_stem = {path.stem: path for path in notebooks}
+    listed = [Path(entry).name for entry in toc_files(toc)]
+    return [by_stem[stem] for stem in listed if stem in by_stem]
+
+
+def course_exhibits(chapters: str | Path, toc: str | Path | None = None,
+                    exclude: tuple[str, ...] = ("figure_index",), resolve: bool = True) -> list[Exhibit]:
+    """The exhibits of the course's notebooks (see :func:`course_notebooks`), ``exclude`` stems left out."""
     found: list[Exhibit] = []
-    for path in sorted(Path(chapters).glob("*.ipynb")):
+    for path in course_notebooks(chapters, toc):
         if path.stem not in exclude:
             found.extend(notebook_exhibits(path, resolve=resolve))
     return found

@@ -1,0 +1,359 @@
+"""The built site, checked page by page in a real browser (Debian's Chromium, driven by Playwright).
+
+The site in ``_build/html`` (built first if it is missing) is served on 127.0.0.1 and every page is
+opened twice, in the light and in the dark theme, with every request that leaves 127.0.0.1
+blocked and recorded. The checks:
+
+* every page loads, and every request it makes is local and succeeds (MathJax is served from the
+  site itself, so nothing goes to a CDN);
+* every image has loaded (``naturalWidth > 0``), carries a non-empty ``alt`` text, and every
+  figure of a notebook output is opaque, so it stays readable in the dark theme;
+* MathJax typesets every formula (each ``.math`` element holds an ``mjx-container``) with no
+  ``mjx-merror``;
+* the console shows no error, except two known ones that are not the course's: Sphinx 7 declaring
+  ``THEBE_JS_URL`` twice, and the theme resetting an unset colour mode on a first visit;
+* every internal link resolves, anchors included;
+* every chapter page has a Colab launch link to its ``.ipynb`` in the configured repository, and
+  download links to its ``.ipynb`` and ``.md`` twin.
+
+A full-page screenshot of each page in each theme is saved under ``artifacts/screenshots/``
+(gitignored) for a person to look at. Chromium is required: without it the test fails, it never
+skips. ``COURSE_SITE_HTML`` may point the test at another built site.
+"""
+
+from __future__ import annotations
+
+import functools
+import html.parser
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.parse
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = Path(os.environ.get("COURSE_SITE_HTML", ROOT / "_build" / "html")).resolve()
+CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = ROOT / "artifacts" / "screenshots"
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+THEMES = ("light", "dark")
+
+# Console errors that are not the course's and that we cannot fix from the book's configuration.
+ALLOWED_CONSOLE_ERRORS = [
+    # Sphinx 7 + sphinx-thebe emit the same inline <script>const THEBE_JS_URL = ...</script> twice.
+    re.compile(r"Identifier 'THEBE_JS_URL' has already been declared"),
+    # pydata-sphinx-theme on a first visit, before a colour mode is stored.
+    re.compile(r"Got invalid theme mode: .*Resetting to auto"),
+]
+
+# Run in the page once it has loaded: lazy images made eager and awaited, MathJax awaited.
+SETTLE_JS = """async () => {
+  const images = Array.from(document.images);
+  for (const img of images) { img.loading = "eager"; }
+  await Promise.all(images.map(img => img.complete ? null :
+      new Promise(done => { img.addEventListener("load", done); img.addEventListener("error", done);
+                            setTimeout(done, 10000); })));
+  if (window.MathJax && window.MathJax.startup && window.MathJax.startup.promise) {
+    await window.MathJax.startup.promise;
+  }
+  return true;
+}"""
+
+INSPECT_JS = """() => {
+  const images = Array.from(document.images).map(img => {
+    let opaque = null;
+    if (img.closest(".cell_output") && img.naturalWidth > 0) {
+      try {  // same origin, so the pixels are readable: are the figure's corners opaque?
+        const canvas = document.createElement("canvas");
+        canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
+        const ctx = canvas.getContext("2d");
+        ctx.drawImage(img, 0, 0);
+        const w = img.naturalWidth - 1, h = img.naturalHeight - 1;
+        opaque = [[0, 0], [w, 0], [0, h], [w, h]].every(
+            ([x, y]) => ctx.getImageData(x, y, 1, 1).data[3] === 255);
+      } catch (e) { opaque = "unreadable: " + e; }
+    }
+    return {src: img.getAttribute("src"), alt: (img.getAttribute("alt") || "").trim(),
+            complete: img.complete, naturalWidth: img.naturalWidth, opaque: opaque};
+  });
+  const math = Array.from(document.querySelectorAll(".math"));
+  return {
+    theme: document.documentElement.dataset.theme || "",
+    title: document.title,
+    images: images,
+    mathTotal: math.length,
+    mathUntypeset: math.filter(el => !el.querySelector("mjx-container"))
+                       .map(el => el.textContent.slice(0, 80)),
+    mathErrors: document.querySelectorAll("mjx-merror").length,
+    figureReprs: Array.from(document.querySelectorAll(".cell_output pre, .cell_output .output"))
+                      .map(el => el.textContent)
+                      .filter(text => /<Figure size \\d+x\\d+ with \\d+ Axes>/.test(text))
+                      .map(text => text.trim().slice(0, 80)),
+    mathjaxLoaded: !!(window.MathJax && window.MathJax.startup),
+    links: Array.from(document.querySelectorAll("a[href]")).map(a => a.href),
+  };
+}"""
+
+
+def _build_site_if_missing() -> None:
+    if (SITE / "index.html").exists():
+        return
+    if SITE != (ROOT / "_build" / "html").resolve():
+        pytest.fail(f"COURSE_SITE_HTML={SITE} has no index.html")
+    command = [sys.executable, "-m", "jupyter_book.cli.main", "build", ".", "-W", "-n", "--keep-going"]
+    jupyter_book = shutil.which("jupyter-book", path=str(Path(sys.executable).parent))
+    if jupyter_book:
+        command = [jupyter_book, "build", ".", "-W", "-n", "--keep-going"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    if result.returncode != 0 or not (SITE / "index.html").exists():
+        pytest.fail(f"building the book failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n"
+                    f"{result.stderr[-4000:]}")
+
+
+def _pages() -> list[str]:
+    """Every HTML page of the site, relative to its root (the theme's and Sphinx's own included)."""
+    return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
+                  if not p.relative_to(SITE).parts[0].startswith("_"))
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+class _Ids(html.parser.HTMLParser):
+    """Collects the id and name attributes of a page (the targets of #fragment links)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs) -> None:
+        for key, value in attrs:
+            if key in ("id", "name") and value:
+                self.ids.add(value)
+
+
+@functools.lru_cache(maxsize=None)
+def _ids_of(path: Path) -> frozenset[str]:
+    parser = _Ids()
+    parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+    return frozenset(parser.ids)
+
+
+def _screenshot_name(page: str) -> str:
+    return page.replace("/", "__").removesuffix(".html") + ".png"
+
+
+@pytest.fixture(scope="module")
+def visits():
+    """Open every page in both themes once; return {(page, theme): what the page showed}."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"Chromium not found at {CHROMIUM}: the browser test needs Debian's chromium "
+                    "(apt-get update && apt-get install -y chromium; .ci/run installs it).")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as error:  # pragma: no cover - requirements.txt pins playwright
+        pytest.fail(f"the playwright package is missing ({error}); pip install -r requirements.txt")
+    _build_site_if_missing()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_Quiet, directory=str(SITE)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    results: dict[tuple[str, str], dict] = {}
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                for theme in THEMES:
+                    (ARTIFACTS / theme).mkdir(parents=True, exist_ok=True)
+                    context = browser.new_context(viewport={"width": 1280, "height": 900})
+                    if theme == "dark":
+                        context.add_init_script(
+                            "localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark');")
+                    for page_path in _pages():
+                        results[(page_path, theme)] = _visit(context, base, page_path, theme)
+                    context.close()
+            finally:
+                browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    results[("__base__", "")] = {"base": base}
+    return results
+
+
+REDIRECT = re.compile(r'<meta http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
+
+
+def _visit(context, base: str, page_path: str, theme: str) -> dict:
+    redirect = REDIRECT.match((SITE / page_path).read_text(encoding="utf-8", errors="replace").strip())
+    if redirect:  # Jupyter Book's index.html only redirects to the root page: check its target
+        target = urllib.parse.urljoin(base + page_path, redirect.group(1))
+        return {"status": 200, "theme": theme, "title": "", "images": [], "mathTotal": 0,
+                "mathUntypeset": [], "mathErrors": 0, "figureReprs": [], "mathjaxLoaded": False, "links": [target],
+                "console_errors": [], "external": [], "failed": [], "redirect": True}
+    page = context.new_page()
+    console_errors: list[str] = []
+    external: list[str] = []
+    failed: list[str] = []
+    page.on("console", lambda message: message.type == "error" and console_errors.append(message.text))
+    page.on("pageerror", lambda error: console_errors.append(f"uncaught: {error}"))
+    page.on("requestfailed", lambda request: request.url.startswith(base) and failed.append(
+        f"{request.url} ({request.failure})"))
+    page.on("response", lambda response: response.status >= 400 and failed.append(
+        f"{response.url} (HTTP {response.status})"))
+
+    def route(route_, request):
+        if request.url.startswith(base) or request.url.startswith(("data:", "blob:", "about:")):
+            route_.continue_()
+        else:  # nothing leaves the machine: a CDN request would be a bug, and is recorded
+            external.append(request.url)
+            route_.abort()
+
+    page.route("**/*", route)
+    response = page.goto(base + page_path, wait_until="load", timeout=60_000)
+    page.evaluate(SETTLE_JS)
+    page.wait_for_timeout(200)
+    info = page.evaluate(INSPECT_JS)
+    page.screenshot(path=str(ARTIFACTS / theme / _screenshot_name(page_path)), full_page=True)
+    page.close()
+    info.update(status=response.status if response else None, console_errors=console_errors,
+                external=external, failed=failed)
+    return info
+
+
+def _each(visits, themes=THEMES):
+    for (page, theme), info in sorted(visits.items()):
+        if page != "__base__" and theme in themes:
+            yield page, theme, info
+
+
+def test_there_are_pages(visits):
+    pages = {page for page, _, _ in _each(visits)}
+    assert "index.html" in pages and "intro.html" in pages, sorted(pages)
+    assert any(page.startswith("chapters/") for page in pages), sorted(pages)
+
+
+def test_every_page_loads_and_requests_nothing_outside_the_site(visits):
+    problems = []
+    for page, theme, info in _each(visits):
+        if info["status"] != 200:
+            problems.append(f"{page} [{theme}]: HTTP {info['status']}")
+        problems += [f"{page} [{theme}]: request outside the site (CDN?): {url}" for url in info["external"]]
+        problems += [f"{page} [{theme}]: failed request {what}" for what in info["failed"]]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_image_loads_and_has_alt_text(visits):
+    problems = []
+    for page, theme, info in _each(visits):
+        problems += [f"{page} [{theme}]: a figure shown as text, not as an image (is an image "
+                     f"formatter for matplotlib Figures registered?): {text!r}" for text in info["figureReprs"]]
+        for image in info["images"]:
+            if not image["complete"] or image["naturalWidth"] <= 0:
+                problems.append(f"{page} [{theme}]: image did not load: {image['src']}")
+            if not image["alt"]:
+                problems.append(f"{page} [{theme}]: image without alt text: {image['src']}")
+    assert not problems, "\n".join(problems)
+
+
+def test_figures_are_opaque_so_they_read_in_the_dark_theme(visits):
+    problems, seen = [], 0
+    for page, theme, info in _each(visits, themes=("dark",)):
+        if info.get("redirect"):
+            continue
+        assert info["theme"] == "dark", f"{page}: the dark theme did not apply ({info['theme']!r})"
+        for image in info["images"]:
+            if image["opaque"] is None:
+                continue
+            seen += 1
+            if image["opaque"] is not True:
+                problems.append(f"{page}: figure with a transparent background: {image['src']} "
+                                f"({image['opaque']})")
+    for page, theme, info in _each(visits, themes=("light",)):
+        if info.get("redirect"):
+            continue
+        assert info["theme"] in ("light", ""), f"{page}: expected the light theme, got {info['theme']!r}"
+    assert not problems, "\n".join(problems)
+
+
+def test_mathjax_typesets_every_formula_from_the_site_itself(visits):
+    problems, formulas = [], 0
+    for page, theme, info in _each(visits):
+        formulas += info["mathTotal"]
+        if info["mathTotal"] and not info["mathjaxLoaded"]:
+            problems.append(f"{page} [{theme}]: {info['mathTotal']} formulas but MathJax did not load")
+        problems += [f"{page} [{theme}]: formula not typeset: {text!r}" for text in info["mathUntypeset"]]
+        if info["mathErrors"]:
+            problems.append(f"{page} [{theme}]: {info['mathErrors']} MathJax errors (mjx-merror)")
+    assert not problems, "\n".join(problems)
+    mathjax = SITE / "_static" / CONFIG["sphinx"]["config"]["mathjax_path"]
+    assert mathjax.is_file(), f"the vendored MathJax is missing from the site: {mathjax}"
+
+
+def test_no_console_errors(visits):
+    problems = []
+    for page, theme, info in _each(visits):
+        for text in info["console_errors"]:
+            if not any(pattern.search(text) for pattern in ALLOWED_CONSOLE_ERRORS):
+                problems.append(f"{page} [{theme}]: {text[:300]}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_internal_link_resolves(visits):
+    base = visits[("__base__", "")]["base"]
+    problems, checked = [], 0
+    for page, theme, info in _each(visits, themes=("light",)):
+        for href in sorted(set(info["links"])):
+            if not href.startswith(base):
+                continue  # external links (GitHub, Colab, papers) are not fetched: no internet in CI
+            parsed = urllib.parse.urlsplit(href)
+            target = SITE / urllib.parse.unquote(parsed.path[1:])
+            if target.is_dir():
+                target = target / "index.html"
+            checked += 1
+            if not target.is_file():
+                problems.append(f"{page}: broken link {href}")
+            elif parsed.fragment and target.suffix == ".html" and \
+                    urllib.parse.unquote(parsed.fragment) not in _ids_of(target):
+                problems.append(f"{page}: link to a missing anchor {href}")
+    assert checked, "no internal links found at all"
+    assert not problems, "\n".join(problems)
+
+
+def test_every_chapter_page_has_colab_and_download_links(visits):
+    repository = CONFIG["repository"]
+    owner_repo = urllib.parse.urlsplit(repository["url"]).path.strip("/")
+    book = repository.get("path_to_book", "").strip("/")
+    base = visits[("__base__", "")]["base"]
+    chapters = sorted(page for page, _, _ in _each(visits, themes=("light",))
+                      if page.startswith("chapters/") and (ROOT / page).with_suffix(".ipynb").exists())
+    assert chapters, "no chapter pages built from chapters/*.ipynb"
+    problems = []
+    for page in chapters:
+        links = visits[(page, "light")]["links"]
+        source = f"{book + '/' if book else ''}{page.removesuffix('.html')}.ipynb"
+        colab = (f"https://colab.research.google.com/github/{owner_repo}/blob/{repository['branch']}/"
+                 f"{source}")
+        colab_links = [href for href in links if "colab.research.google.com" in href]
+        if colab not in colab_links:
+            problems.append(f"{page}: no Colab link {colab} (found {colab_links})")
+        if any(not href.endswith(".ipynb") for href in colab_links):
+            problems.append(f"{page}: a Colab link not ending in .ipynb: {colab_links}")
+        stem = page.removesuffix(".html")
+        for suffix in (".ipynb", ".myst.md"):
+            if f"{base}_sources/{stem}{suffix}" not in links:
+                problems.append(f"{page}: no download link for {stem}{suffix}")
+    assert not problems, "\n".join(problems)
