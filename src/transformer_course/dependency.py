@@ -18,6 +18,8 @@ Shape legend: B batch, T length (n tokens), D = d_model.
 from __future__ import annotations
 
 import copy
+import statistics
+from collections import Counter
 from typing import Any, NamedTuple
 
 import pandas as pd
@@ -265,7 +267,7 @@ def comparison_table(rnn: nn.Module, layer: nn.Module, lengths: tuple[int, ...] 
     Measured at the first and the last length of ``lengths``:
     * token dependency: how much the dependency depth grows per extra token;
     * training steps: the dependency depth (longest autograd path from token 1 to output n);
-    * core operation: number of matrix products in one forward pass and the largest one;
+    * core operation: number of matrix products in one forward pass and the most common shape;
     * long-range signal path: the gradient norm reaching token 1 from output n.
 
     Args:
@@ -290,12 +292,12 @@ def comparison_table(rnn: nn.Module, layer: nn.Module, lengths: tuple[int, ...] 
         slope = (depth[last] - depth[first]) / (last - first)
         x = torch.randn(1, last, module.d_model, generator=torch.Generator().manual_seed(seed))  # (1, T, D)
         gemms = count_matmuls(module, x)
-        largest = max(gemms, key=lambda g: g.flops)
+        typical, count = Counter(g[1:] for g in gemms).most_common(1)[0]  # (batch, m, k, n)
         measured[name] = [
             f"dependency depth grows by {slope:g} operations per extra token",
             f"{depth[last]} operations in sequence at n={last} ({depth[first]} at n={first})",
-            f"{len(gemms)} matrix products at n={last}; largest {largest.batch} x "
-            f"({largest.m}x{largest.k}) @ ({largest.k}x{largest.n})",
+            f"{len(gemms)} matrix products at n={last}; most common: {count} x "
+            f"[{typical[0]} x ({typical[1]}x{typical[2]}) @ ({typical[2]}x{typical[3]})]",
             f"gradient reaching token 1: {grad[first]:.1e} at n={first}, {grad[last]:.1e} at n={last}",
         ]
     return pd.DataFrame({
@@ -318,7 +320,7 @@ def measured_comparison(rnn: nn.Module, layer: nn.Module, lengths: tuple[int, ..
     Returns:
         DataFrame indexed by "n" with two-level columns (quantity, model): quantities "depth"
         (longest autograd path token 1 -> output n), "matrix products" (GEMM kernels per
-        forward), "largest GEMM FLOPs", "grad norm" (``first_token_gradient_norm``) and
+        forward), "median GEMM FLOPs" (the size of a typical product), "grad norm" (``first_token_gradient_norm``) and
         "parameters"; models "RNN" and "Transformer".
     """
     lengths = _check_lengths(lengths)
@@ -330,7 +332,7 @@ def measured_comparison(rnn: nn.Module, layer: nn.Module, lengths: tuple[int, ..
             values = {
                 "depth": dependency_path(module, n, torch.Generator().manual_seed(seed)).longest,
                 "matrix products": len(gemms),
-                "largest GEMM FLOPs": max(g.flops for g in gemms),
+                "median GEMM FLOPs": int(statistics.median_low([g.flops for g in gemms])),
                 "grad norm": first_token_gradient_norm(module, n, torch.Generator().manual_seed(seed)),
                 "parameters": count_parameters(module),
             }

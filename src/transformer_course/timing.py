@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import pandas as pd
 import torch
@@ -68,7 +69,7 @@ def interleaved_median_times(fns: dict[str, Callable[[], object]], repeats: int 
 
 
 def forward_time_table(modules: dict[str, nn.Module], lengths: tuple[int, ...], batch: int = 1,
-                       repeats: int = 5, seed: int = 0) -> pd.DataFrame:
+                       repeats: int = 5, seed: int = 0, num_threads: int | None = None) -> pd.DataFrame:
     """Median forward time (ms, no grad) of each module for each length n, timed interleaved.
 
     Args:
@@ -77,6 +78,8 @@ def forward_time_table(modules: dict[str, nn.Module], lengths: tuple[int, ...], 
         batch: batch size B.
         repeats: timed rounds per length.
         seed: seeds the inputs.
+        num_threads: if given, PyTorch's intra-op thread count while timing (restored after);
+            one thread keeps a shared, busy machine from adding thread-synchronization stalls.
 
     Returns:
         DataFrame indexed by "n" with one column "<name> (ms)" per module.
@@ -92,14 +95,30 @@ def forward_time_table(modules: dict[str, nn.Module], lengths: tuple[int, ...], 
     batch = check_int("batch", batch, minimum=1)
     generator = torch.Generator().manual_seed(seed)
     rows = []
-    for n in lengths:
-        calls = {}
-        for name, module in modules.items():
-            x = torch.randn(batch, n, module.d_model, generator=generator)  # (B, T, D)
-            calls[name] = _no_grad_call(module, x)
-        medians = interleaved_median_times(calls, repeats=repeats)
-        rows.append({f"{name} (ms)": 1e3 * seconds for name, seconds in medians.items()})
+    with threads(num_threads):
+        for n in lengths:
+            calls = {}
+            for name, module in modules.items():
+                x = torch.randn(batch, n, module.d_model, generator=generator)  # (B, T, D)
+                calls[name] = _no_grad_call(module, x)
+            medians = interleaved_median_times(calls, repeats=repeats)
+            rows.append({f"{name} (ms)": 1e3 * seconds for name, seconds in medians.items()})
     return pd.DataFrame(rows, index=pd.Index(lengths, name="n"))
+
+
+@contextmanager
+def threads(num_threads: int | None) -> Iterator[None]:
+    """Run the body with ``torch.set_num_threads(num_threads)``, restoring the previous count.
+
+    ``None`` leaves the count alone.
+    """
+    previous = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(check_int("num_threads", num_threads, minimum=1))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _no_grad_call(module: nn.Module, x: torch.Tensor) -> Callable[[], object]:
@@ -110,7 +129,7 @@ def _no_grad_call(module: nn.Module, x: torch.Tensor) -> Callable[[], object]:
 
 
 def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float = 4, batch: int = 1,
-                          repeats: int = 5, seed: int = 0) -> pd.DataFrame:
+                          repeats: int = 5, seed: int = 0, num_threads: int | None = None) -> pd.DataFrame:
     """Wall-clock time of each piece of one Transformer block beside its share of the FLOPs.
 
     The pieces are run as separate PyTorch calls on random inputs of the right shapes:
@@ -127,6 +146,7 @@ def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float =
         batch: batch size B (FLOPs are per block and batch, times B).
         repeats: timed rounds (medians reported).
         seed: seeds the inputs.
+        num_threads: as in ``forward_time_table``.
 
     Returns:
         DataFrame indexed by "component" (``BLOCK_COMPONENTS`` order) with columns "time (ms)",
@@ -163,7 +183,7 @@ def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float =
         "softmax": lambda: scores.softmax(dim=-1),  # (B, H, T, T)
         "ffn": lambda: linear2(torch.relu(linear1(x))),  # (B, T, D)
     }
-    with torch.no_grad():
+    with torch.no_grad(), threads(num_threads):
         seconds = interleaved_median_times(calls, repeats=repeats)
     frame = pd.DataFrame({
         "time (ms)": [1e3 * seconds[c] for c in BLOCK_COMPONENTS],
