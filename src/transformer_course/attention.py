@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validation import check_int, check_probability, check_tensor
+from .kv_cache import AttentionCache
 from .masks import validate_mask
 
 
@@ -124,6 +125,15 @@ class MultiHeadAttention(nn.Module):
         b, _, length, _ = x.shape
         return x.transpose(1, 2).reshape(b, length, self.d_model)  # (B, L, D)
 
+    def _keys_and_values(self, key: torch.Tensor, value: torch.Tensor,
+                         cache: AttentionCache | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Project to heads; with a cache, extend it (self-attention) or reuse it (cross-attention)."""
+        if cache is not None and cache.is_filled:
+            return cache.keys, cache.values  # (B, H, S, Dh): the encoder output has not changed
+        k = self.split_heads(self.k_proj(key))  # (B, H, S_new, Dh)
+        v = self.split_heads(self.v_proj(value))  # (B, H, S_new, Dh)
+        return (k, v) if cache is None else cache.update(k, v)  # (B, H, S, Dh) each
+
     def _check_inputs(self, query: object, key: object, value: object) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
             check_tensor(name, x, ndim=3, floating=True)
@@ -141,15 +151,24 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor,
         mask: torch.Tensor | None = None,
         need_weights: bool = False,
+        cache: AttentionCache | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Attend from ``query`` (B, T, D) to ``key``/``value`` (B, S, D); see the class docstring."""
+        """Attend from ``query`` (B, T, D) to ``key``/``value`` (B, S, D); see the class docstring.
+
+        With a ``cache`` (see ``transformer_course.kv_cache``), ``key``/``value`` hold only the new
+        positions: their keys and values are appended to the cached ones (self-attention), or a
+        filled static cache is reused without projecting again (cross-attention); the mask must
+        then broadcast to (B, H, T, S_cached + S_new).
+        """
         self._check_inputs(query, key, value)
-        t, s = query.shape[1], key.shape[1]
+        if cache is not None and not isinstance(cache, AttentionCache):
+            raise TypeError(f"cache must be an AttentionCache, got {type(cache).__name__}")
+        t = query.shape[1]
+        s = key.shape[1] if cache is None else cache.length_after(key.shape[1])
         if mask is not None:
             validate_mask(mask, t, s)
         q = self.split_heads(self.q_proj(query))  # (B, H, T, Dh)
-        k = self.split_heads(self.k_proj(key))  # (B, H, S, Dh)
-        v = self.split_heads(self.v_proj(value))  # (B, H, S, Dh)
+        k, v = self._keys_and_values(key, value, cache)  # (B, H, S, Dh) each
         dropout = self.dropout if self.training else 0.0
         if self.fused and not need_weights:
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # (B, H, T, Dh)

@@ -16,6 +16,7 @@ from torch import nn
 from ._validation import check_probability, check_tensor
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
+from .kv_cache import LayerKVCache
 from .normalization import LayerNorm
 
 
@@ -102,11 +103,17 @@ class DecoderLayer(_Residual):
         self.dropout3 = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+                memory_mask: torch.Tensor | None = None, cache: LayerKVCache | None = None) -> torch.Tensor:
+        """With a ``cache``, ``x`` holds only the new positions and self_mask is (T_new, T_cached + T_new)."""
         self._check_x("x", x)
         self._check_x("memory", memory)
+        if cache is not None and not isinstance(cache, LayerKVCache):
+            raise TypeError(f"cache must be a LayerKVCache, got {type(cache).__name__}")
+        self_cache = cache.self_attn if cache is not None else None
+        cross_cache = cache.cross_attn if cache is not None else None
         x = self.sublayer(x, self.norm1, self.dropout1,
-                          lambda h: self.self_attn(h, h, h, mask=self_mask))  # (B, T, D)
+                          lambda h: self.self_attn(h, h, h, mask=self_mask, cache=self_cache))  # (B, T, D)
         x = self.sublayer(x, self.norm2, self.dropout2,
-                          lambda h: self.cross_attn(h, memory, memory, mask=memory_mask))  # (B, T, D)
+                          lambda h: self.cross_attn(h, memory, memory, mask=memory_mask,
+                                                    cache=cross_cache))  # (B, T, D)
         return self.sublayer(x, self.norm3, self.dropout3, self.feed_forward)  # (B, T, D)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ._validation import check_int, check_probability, check_tensor
+from .kv_cache import KVCache
 from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask
 from .normalization import LayerNorm
@@ -85,9 +86,12 @@ class Decoder(nn.Module):
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask)  # (B, T, D)
+                memory_mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        if cache is not None and (not isinstance(cache, KVCache) or len(cache) != len(self.layers)):
+            raise ValueError(f"cache must be a KVCache with {len(self.layers)} layers, got {cache!r}")
+        for index, layer in enumerate(self.layers):
+            layer_cache = cache[index] if cache is not None else None
+            x = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask, cache=layer_cache)  # (B, T, D)
         return self.norm(x)
 
 
@@ -153,14 +157,43 @@ class Transformer(nn.Module):
         hidden = self.decoder(x, memory, self_mask=tgt_mask, memory_mask=src_mask)  # (B, T, D)
         return self.generator(hidden)  # (B, T, V)
 
+    def decode_step(self, tgt: torch.Tensor, memory: torch.Tensor, cache: KVCache,
+                    src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Incremental decoding: run only the positions of ``tgt`` (B, T) not yet in ``cache``.
+
+        The cached positions' keys and values are reused, the new ones appended, so a loop that
+        calls this with a growing prefix gives the same logits as ``decode`` on the full prefix.
+
+        Returns:
+            logits (B, T_new, V_tgt) for the new positions (usually T_new = 1).
+
+        Raises:
+            ValueError: if ``tgt`` has no position beyond the cached ones.
+
+        Pope et al., 2022, "Efficiently Scaling Transformer Inference".
+        """
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+        check_tensor("tgt", tgt, ndim=2)
+        past, total = cache.length, tgt.shape[1]
+        if total <= past:
+            raise ValueError(f"tgt must be longer than the {past} cached positions, got length {total}")
+        x = self._embed(tgt, self.tgt_embed, "tgt")[:, past:]  # (B, T_new, D), positions past .. total-1
+        self_mask = causal_mask(total - past, total, device=tgt.device)  # (T_new, T): shifted diagonal
+        hidden = self.decoder(x, memory, self_mask=self_mask, memory_mask=src_mask, cache=cache)  # (B, T_new, D)
+        return self.generator(hidden)  # (B, T_new, V)
+
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
                 tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask)  # (B, T, V)
 
     @torch.no_grad()
     def greedy_decode(self, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int | None = None,
-                      src_mask: torch.Tensor | None = None) -> torch.Tensor:
+                      src_mask: torch.Tensor | None = None, use_cache: bool = False) -> torch.Tensor:
         """Generate up to ``max_len`` tokens after ``bos_id`` by repeatedly taking the argmax.
+
+        With ``use_cache=True`` each step runs only the newest token through the decoder, reusing
+        the keys and values of the earlier ones from a ``KVCache`` (same tokens, less work).
 
         Returns:
             (B, 1 + L) token ids starting with ``bos_id``; once a sequence emits ``eos_id`` it
@@ -171,8 +204,15 @@ class Transformer(nn.Module):
         memory = self.encode(src, src_mask)  # (B, S, D)
         out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
         finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)  # (B,)
+        if not isinstance(use_cache, bool):
+            raise TypeError(f"use_cache must be a bool, got {type(use_cache).__name__}")
+        cache = KVCache(len(self.decoder.layers)) if use_cache else None
         for _ in range(max_len):
-            next_token = self.decode(out, memory, src_mask)[:, -1].argmax(dim=-1)  # (B,)
+            if cache is not None:
+                logits = self.decode_step(out, memory, cache, src_mask)  # (B, 1, V)
+            else:
+                logits = self.decode(out, memory, src_mask)  # (B, L, V)
+            next_token = logits[:, -1].argmax(dim=-1)  # (B,)
             if eos_id is not None:
                 next_token = next_token.masked_fill(finished, eos_id)
                 finished |= next_token == eos_id
