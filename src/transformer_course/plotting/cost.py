@@ -95,7 +95,9 @@ def plot_component_shares(shares: pd.DataFrame) -> Figure:
     ax.set_xlabel("sequence length n")
     ax.set_ylabel("share of the block's FLOPs (%)")
     ax.set_ylim(0, 100)
-    ax.legend(frameon=False, bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], frameon=False, bbox_to_anchor=(1.01, 1), loc="upper left",
+              fontsize=8)  # top of the legend = top of the stack
     return fig
 
 
