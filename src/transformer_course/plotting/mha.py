@@ -1,0 +1,172 @@
+"""Figures of multi-head attention: the pipeline diagram read off a module, and per-head maps.
+
+* :func:`plot_mha_pipeline` draws split -> parallel heads -> concat -> W^O for a real
+  ``MultiHeadAttention``; every number on it (H, D, Dh, the weight shapes) comes from the module.
+* :func:`plot_head_maps` shows the attention weights (H, T, S) of one input, one panel per head.
+* :func:`plot_relation_scores` shows a heads x relations score table as an annotated heatmap.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+
+from .._validation import check_int, check_tensor
+from ..attention import MultiHeadAttention
+from .blocks import blank_axes, draw_arrow, draw_box
+from .style import PALETTE, new_figure
+
+
+def _shape(weight: torch.Tensor) -> str:
+    """'D_in x D_out' of a linear layer's weight (stored as (out, in), used as x @ W^T)."""
+    out_features, in_features = weight.shape
+    return f"{in_features}×{out_features}"
+
+
+def mha_pipeline_labels(module: MultiHeadAttention) -> dict[str, str]:
+    """The labels of the pipeline diagram, read off ``module`` (sizes and weight shapes).
+
+    Returns:
+        dict with keys "input", "projections", "split", "head", "concat", "output_projection",
+        "output"; "head" is a template with ``{i}`` for the head number.
+
+    Raises:
+        TypeError: if ``module`` is not a ``MultiHeadAttention``.
+    """
+    if not isinstance(module, MultiHeadAttention):
+        raise TypeError(f"module must be a MultiHeadAttention, got {type(module).__name__}")
+    h, d, dh = module.num_heads, module.d_model, module.d_head
+    return {
+        "input": f"Q, K, V\n(B, T, {d})",
+        "projections": (f"$W^Q, W^K, W^V$\neach {_shape(module.q_proj.weight)}"),
+        "split": f"split into h = {h} heads\n$d_k$ = {d} / {h} = {dh}",
+        "head": "head {i}: softmax($Q_{i} K_{i}^T/\\sqrt{" + str(dh) + "}$) $V_{i}$\n(B, T, " + str(dh) + ")",
+        "concat": f"Concat\n{h} × {dh} = {h * dh}",
+        "output_projection": f"$W^O$\n{_shape(module.out_proj.weight)}",
+        "output": f"MultiHead\n(B, T, {module.out_proj.weight.shape[0]})",
+    }
+
+
+def plot_mha_pipeline(module: MultiHeadAttention, max_heads_drawn: int = 4) -> Figure:
+    """Diagram of ``module``: project -> split into H heads -> attend in parallel -> concat -> W^O.
+
+    Args:
+        module: the ``MultiHeadAttention`` to draw; H, D and Dh are read off it.
+        max_heads_drawn: draw at most this many head boxes (the first ones and the last, with a
+            vertical ellipsis between) so that wide modules stay readable.
+
+    Returns:
+        A ``Figure`` with one axes.
+
+    Raises:
+        TypeError, ValueError: if ``module`` is not a MultiHeadAttention or ``max_heads_drawn < 2``.
+    """
+    labels = mha_pipeline_labels(module)
+    max_heads_drawn = check_int("max_heads_drawn", max_heads_drawn, minimum=2)
+    h = module.num_heads
+    if h <= max_heads_drawn:
+        drawn: list[int | None] = list(range(1, h + 1))
+    else:
+        drawn = list(range(1, max_heads_drawn)) + [None, h]
+    rows = len(drawn)
+    spacing = 0.85
+    height = max(2.4, rows * spacing + 0.9)
+    fig = new_figure(11.0, 0.75 * height + 0.5)
+    ax = blank_axes(fig.add_subplot(), (-0.1, 16.4), (0.0, height))
+    ax.set_title(f"Multi-head attention read off MultiHeadAttention(d_model={module.d_model}, "
+                 f"num_heads={h})", fontsize=11)
+    mid = (height - 0.6) / 2
+    box_h = 1.0
+    draw_box(ax, 0.0, mid - box_h / 2, 1.7, box_h, labels["input"], color=PALETTE["embedding"])
+    draw_box(ax, 2.2, mid - box_h / 2, 2.3, box_h, labels["projections"], color=PALETTE["projection"])
+    ax.texts[-1].set_color("white")
+    draw_arrow(ax, (1.75, mid), (2.15, mid))
+    heads_mid = (height - 0.6) / 2
+    ys = [heads_mid + ((rows - 1) / 2 - k) * spacing for k in range(rows)]
+    ax.text(5.4, height - 0.05, labels["split"], ha="center", va="top", fontsize=9)
+    head_x, head_w = 6.3, 4.2
+    for y, i in zip(ys, drawn):
+        if i is None:
+            ax.text(head_x + head_w / 2, y, "⋮", ha="center", va="center", fontsize=16)
+            continue
+        draw_box(ax, head_x, y - 0.33, head_w, 0.66, labels["head"].replace("{i}", str(i)), color=PALETTE["attention"],
+                 fontsize=8.5)
+        draw_arrow(ax, (4.55, mid), (head_x - 0.05, y), connectionstyle="arc3,rad=0.0")
+        draw_arrow(ax, (head_x + head_w + 0.05, y), (11.25, mid), connectionstyle="arc3,rad=0.0")
+    draw_box(ax, 11.3, mid - box_h / 2, 1.5, box_h, labels["concat"], color=PALETTE["neutral"])
+    draw_box(ax, 13.2, mid - box_h / 2, 1.2, box_h, labels["output_projection"], color=PALETTE["projection"])
+    ax.texts[-1].set_color("white")
+    draw_arrow(ax, (12.85, mid), (13.15, mid))
+    draw_box(ax, 14.8, mid - box_h / 2, 1.55, box_h, labels["output"], color=PALETTE["output"])
+    draw_arrow(ax, (14.45, mid), (14.75, mid))
+    return fig
+
+
+def plot_head_maps(weights: torch.Tensor, tokens: Sequence[str], titles: Sequence[str] | None = None) -> Figure:
+    """One heatmap per head of the attention weights of one input (rows: queries, columns: keys).
+
+    Args:
+        weights: (H, T, T) attention probabilities of one sequence (self-attention).
+        tokens: T token names for the tick labels.
+        titles: optional H panel titles (default "head 0", ...).
+
+    Returns:
+        A ``Figure`` with H heatmap axes and one shared colour bar.
+
+    Raises:
+        TypeError, ValueError: if ``weights`` is not (H, T, T) floating or the labels do not match.
+    """
+    check_tensor("weights", weights, ndim=3, floating=True)
+    h, t, s = weights.shape
+    if t != s:
+        raise ValueError(f"weights must be square self-attention maps (H, T, T), got {tuple(weights.shape)}")
+    tokens = list(tokens)
+    if len(tokens) != t:
+        raise ValueError(f"tokens must have T={t} names, got {len(tokens)}")
+    titles = [f"head {k}" for k in range(h)] if titles is None else list(titles)
+    if len(titles) != h:
+        raise ValueError(f"titles must have H={h} entries, got {len(titles)}")
+    data = weights.detach().double().cpu().numpy()
+    fig = new_figure(3.0 * h + 0.8, 3.6)
+    axes = fig.subplots(1, h, squeeze=False)[0]
+    ticks = np.arange(t)
+    image = None
+    for k, ax in enumerate(axes):
+        image = ax.imshow(data[k], vmin=0.0, vmax=1.0, cmap="viridis")
+        ax.set_title(titles[k], fontsize=10)
+        ax.set_xticks(ticks, tokens, fontsize=8)
+        ax.set_yticks(ticks, tokens if k == 0 else [], fontsize=8)
+        ax.set_xlabel("key")
+        if k == 0:
+            ax.set_ylabel("query")
+    fig.colorbar(image, ax=list(axes), shrink=0.8, label="attention weight")
+    return fig
+
+
+def plot_relation_scores(scores: pd.DataFrame) -> Figure:
+    """Annotated heatmap of a heads x relations score table (values in [0, 1]).
+
+    Args:
+        scores: DataFrame with one row per head and one column per relation, e.g. from
+            ``head_specialization.head_relation_scores``.
+
+    Returns:
+        A ``Figure`` with one axes.
+    """
+    if not isinstance(scores, pd.DataFrame):
+        raise TypeError(f"scores must be a pandas.DataFrame, got {type(scores).__name__}")
+    values = scores.to_numpy(dtype=float)
+    fig = new_figure(1.3 * values.shape[1] + 2.0, 0.6 * values.shape[0] + 1.4)
+    ax = fig.add_subplot()
+    image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(values.shape[1]), [str(c) for c in scores.columns])
+    ax.set_yticks(range(values.shape[0]), [str(i) for i in scores.index])
+    ax.set_xlabel("relation (where the mass should go)")
+    for (r, c), v in np.ndenumerate(values):
+        ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=9, color="black" if v > 0.5 else "white")
+    fig.colorbar(image, ax=ax, label="mean attention mass")
+    return fig
