@@ -66,6 +66,7 @@ def test_pe_figures():
     assert isinstance(fig, Figure) and fig.axes[0].images[0].get_array().shape == (30, 16)
     fig = plot_pe_dimensions(pe, [0, 6, 14], ["fast", "medium", "slow"])
     assert [ax.get_ylabel() for ax in fig.axes] == ["PE[:, 0]", "PE[:, 6]", "PE[:, 14]"]
+    assert [ax.get_title(loc="left") for ax in fig.axes] == ["fast", "medium", "slow"]
     with pytest.raises(ValueError, match="dims must hold ints in"):
         plot_pe_dimensions(pe, [16])
     with pytest.raises(ValueError, match="labels must have one entry per dimension"):

@@ -51,7 +51,7 @@ def plot_pe_dimensions(pe: torch.Tensor, dims: Sequence[int],
     Args:
         pe: (P, D) encoding.
         dims: the dimensions (columns) to draw, e.g. one fast, one medium and one slow wave.
-        labels: optional legend text per dimension (default "dimension d").
+        labels: optional panel title per dimension (default "dimension d").
 
     Returns:
         The figure, one panel per dimension sharing the position axis.
@@ -75,13 +75,13 @@ def plot_pe_dimensions(pe: torch.Tensor, dims: Sequence[int],
     axes = fig.subplots(len(dims), 1, sharex=True, squeeze=False)[:, 0]
     positions = torch.arange(pe.shape[0]).numpy()
     for ax, d, label, color in zip(axes, dims, labels, colors * len(dims)):
-        ax.plot(positions, pe[:, d].numpy(), color=color, linewidth=1.4, marker=".", markersize=3, label=label)
+        ax.plot(positions, pe[:, d].numpy(), color=color, linewidth=1.4, marker=".", markersize=3)
         ax.axhline(0, color="grey", linewidth=0.5)
         ax.set_ylim(-1.15, 1.15)
         ax.set_ylabel(f"PE[:, {d}]")
-        ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+        ax.set_title(label, loc="left", fontsize=9)
     axes[-1].set_xlabel("position pos")
-    axes[0].set_title("Three dimensions of the encoding: fast, medium and slow waves")
+    fig.suptitle("Dimensions of the encoding as functions of position", fontsize=11)
     return fig
 
 
