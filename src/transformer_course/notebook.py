@@ -39,8 +39,26 @@ def best_device() -> torch.device:
     return torch.device("cpu")
 
 
+def enable_inline_figures() -> bool:
+    """In IPython/Jupyter, display returned ``Figure`` objects as PNG (``%matplotlib inline``).
+
+    The package builds figures without pyplot, so a notebook only shows them as images once the
+    inline backend has registered its formatter. Returns False outside IPython (nothing to do).
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None:
+        return False
+    shell.run_line_magic("matplotlib", "inline")
+    return True
+
+
 def setup_notebook(seed: int = 0) -> torch.device:
-    """Seed everything, round printed numbers, set the course plot style; return the best device."""
+    """Seed everything, round printed numbers, show figures inline, set the plot style; return the device."""
+    enable_inline_figures()
     seed_everything(seed)
     torch.set_printoptions(precision=4, sci_mode=False)
     np.set_printoptions(precision=4, suppress=True)
