@@ -67,7 +67,9 @@ def test_a_chapter_runs_outside_the_repository_with_only_the_declared_dependenci
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = str(venv / "bin" / "python")
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # --no-compile: byte-compiling all of torch at install time is most of the wait; Python compiles
+    # what the chapter imports when it imports it.
+    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"]
 
     # What Colab has before a chapter's first cell: PyTorch.
     _run(pip + [TORCH], cwd=tmp_path, env=env)

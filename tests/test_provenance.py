@@ -139,8 +139,10 @@ def test_notebook_exhibits_reads_figures_and_tables_in_order(tmp_path):
     markdown = exhibits_markdown(found)
     lines = markdown.splitlines()
     assert len(lines) == 2 + 4
+    assert lines[0].startswith("| chapter | exhibit | what it shows | made by `transformer_course.`")
     assert lines[2] == ("| {doc}`DL9999 · A demo chapter <dl9999_demo>` | {ref}`Figure 1 <fig-dl9999-empty>` "
-                        "| An empty figure. | `transformer_course.plotting.style.new_figure` |")
+                        "| An empty figure. | `plotting.style.new_figure` |")
+    assert lines[3].startswith("|  | {ref}`Table 1 <tbl-dl9999-mask>`")  # the chapter only once
     assert "The causal mask \\| as integers." in lines[3]  # a pipe cannot break the table
     assert "{doc}`Table <dl9999_demo>`" in lines[4]  # no anchor: link to the chapter
     assert "(no package function found)" in lines[5]

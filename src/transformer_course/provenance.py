@@ -367,10 +367,15 @@ def exhibits_markdown(exhibits: list[Exhibit]) -> str:
     """
     if not exhibits:
         return "*No chapter has a captioned figure or table yet.*\n"
-    lines = ["| chapter | exhibit | what it shows | made by |", "| --- | --- | --- | --- |"]
+    lines = [f"| chapter | exhibit | what it shows | made by `{PACKAGE}.` ... |", "| --- | --- | --- | --- |"]
+    previous = None
     for e in exhibits:
-        chapter = f"{{doc}}`{_role_text(e.chapter)} <{e.notebook}>`"
+        chapter = ""
+        if e.notebook != previous:  # the chapter once, on its first row
+            chapter = f"{{doc}}`{_role_text(e.chapter)} <{e.notebook}>`"
+            previous = e.notebook
         target = f"{{ref}}`{e.label} <{e.name}>`" if e.name else f"{{doc}}`{e.label} <{e.notebook}>`"
-        made_by = f"`{e.function}`" if e.function else "(no package function found)"
+        made_by = f"`{e.function.removeprefix(PACKAGE + '.')}`" if e.function else "(no package function found)"
         lines.append(f"| {chapter} | {target} | {_cell_text(e.caption)} | {made_by} |")
     return "\n".join(lines) + "\n"
+
