@@ -268,7 +268,8 @@ def comparison_table(rnn: nn.Module, layer: nn.Module, lengths: tuple[int, ...] 
     * token dependency: how much the dependency depth grows per extra token;
     * training steps: the dependency depth (longest autograd path from token 1 to output n);
     * core operation: number of matrix products in one forward pass and the most common shape;
-    * long-range signal path: the gradient norm reaching token 1 from output n.
+    * long-range signal path: the length of the path from token 1 to output n (the same longest
+      path: every step of it is a real dependency) and the gradient norm reaching token 1.
 
     Args:
         rnn: the recurrent model (e.g. ``ElmanRNN``).
@@ -298,7 +299,8 @@ def comparison_table(rnn: nn.Module, layer: nn.Module, lengths: tuple[int, ...] 
             f"{depth[last]} operations in sequence at n={last} ({depth[first]} at n={first})",
             f"{len(gemms)} matrix products at n={last}; most common: {count} x "
             f"[{typical[0]} x ({typical[1]}x{typical[2]}) @ ({typical[2]}x{typical[3]})]",
-            f"gradient reaching token 1: {grad[first]:.1e} at n={first}, {grad[last]:.1e} at n={last}",
+            f"token 1 -> output n: {depth[last]} operations at n={last}; gradient reaching token 1: "
+            f"{grad[first]:.1e} at n={first}, {grad[last]:.1e} at n={last}",
         ]
     return pd.DataFrame({
         "RNN (card)": [v[0] for v in CARD_TABLE.values()],
