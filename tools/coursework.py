@@ -43,6 +43,7 @@ import os
 import re
 import shutil
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -350,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     for sub in (release_parser, grade_parser):
         sub.add_argument("-v", "--verbose", action="store_true", help="show nbgrader's log")
     args = parser.parse_args(argv)
+    # nbgrader's gradebook code trips sqlalchemy's autoflush warnings; they are not the user's concern
+    warnings.filterwarnings("ignore", message=".*not in session, add operation along.*")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     os.environ.pop("MPLBACKEND", None)
     try:
