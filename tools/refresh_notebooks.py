@@ -12,6 +12,7 @@ the .myst.md, so the pair is in sync and every code cell is executed in order.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -41,9 +42,14 @@ def refresh(path: Path, timeout: int = 600) -> float:
     source = max(sources, key=lambda p: p.stat().st_mtime)
     notebook = jupytext.read(source)
     notebook.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    seen: dict[str, int] = {}
     for cell in notebook.cells:  # start from a clean slate: no stale outputs or counts
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+        # Ids derived from the content keep the .ipynb diff quiet when a cell did not change.
+        digest = hashlib.sha1(f"{cell.cell_type}:{cell.source}".encode()).hexdigest()[:12]
+        seen[digest] = seen.get(digest, 0) + 1
+        cell.id = digest if seen[digest] == 1 else f"{digest}-{seen[digest]}"
     os.environ.pop("MPLBACKEND", None)
     os.environ.setdefault("PYTHONHASHSEED", "0")
     start = time.perf_counter()
