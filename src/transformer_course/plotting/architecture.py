@@ -236,7 +236,7 @@ def plot_stacks(model: Transformer) -> Figure:
                 draw_arrow(ax, (x + box_w / 2, y + height), (x + box_w / 2, y + height + layer_gap))
             y += height + layer_gap
         n_sub = len(sublayers(layers[0]))
-        ax.text(x + box_w / 2, y + 0.15, f"{stack}: {len(layers)} layers × {n_sub} sub-layers", ha="center",
+        ax.text(x + box_w / 2, total + 0.35, f"{stack}: {len(layers)} layers × {n_sub} sub-layers", ha="center",
                 va="center", fontsize=10, fontweight="bold")
         if stack == "Encoder":
             enc_top = y - layer_gap
@@ -244,7 +244,8 @@ def plot_stacks(model: Transformer) -> Figure:
                     linewidth=1.6)
             bus_x = mid_x - 0.3
         else:
-            ax.plot([bus_x, bus_x], [min(cross_targets), enc_top - 0.1], color=PALETTE["output"], linewidth=1.6)
+            ax.plot([bus_x, bus_x], [min(cross_targets), max(cross_targets + [enc_top - 0.1])],
+                    color=PALETTE["output"], linewidth=1.6)
             for target in cross_targets:
                 draw_arrow(ax, (bus_x, target), (x, target), color=PALETTE["output"])
             ax.text(bus_x - 0.1, (min(cross_targets) + enc_top) / 2, "encoder output: K, V of every cross-attention",
@@ -331,7 +332,7 @@ def plot_loss_curve(losses: list[float], title: str = "Training loss") -> Figure
     smooth = values.unfold(0, window, 1).mean(-1) if len(values) >= window else values
     figure = new_figure(6.4, 3.4)
     ax = figure.add_subplot()
-    ax.plot(range(1, len(values) + 1), values.numpy(), color=PALETTE["neutral"], linewidth=1.0, label="per step")
+    ax.plot(range(1, len(values) + 1), values.numpy(), color="#999999", linewidth=1.0, label="per step")
     ax.plot(range(window, len(values) + 1), smooth.numpy(), color=PALETTE["projection"], linewidth=2.0,
             label=f"mean of {window} steps")
     ax.set_yscale("log")
