@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from .style import PALETTE, new_figure
 
@@ -60,6 +60,8 @@ def plot_masks(masks: Mapping[str, torch.Tensor], notes: Mapping[str, str] | Non
         if max(t, s) <= 40:  # a cell grid helps to count on small masks
             ax.vlines([x - 0.5 for x in range(1, s)], -0.5, t - 0.5, color="#BBBBBB", linewidth=0.4)
             ax.hlines([y - 0.5 for y in range(1, t)], -0.5, s - 0.5, color="#BBBBBB", linewidth=0.4)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         for spine in ax.spines.values():
             spine.set_visible(True)
         ax.set_title(title)
@@ -105,13 +107,13 @@ def plot_attention_cost(counts: pd.DataFrame, measured: pd.DataFrame | None = No
         ax.annotate(f"{dense:,.0f}", (highlight, dense), textcoords="offset points", xytext=(-8, 6),
                     ha="right", fontsize=8, color=_DENSE)
         ax.annotate(f"{sparse:,.0f}\n({dense / sparse:.0f}x fewer)", (highlight, sparse), textcoords="offset points",
-                    xytext=(-8, -24), ha="right", fontsize=8, color=_SPARSE)
+                    xytext=(6, -26), ha="left", fontsize=8, color=_SPARSE)
     ax.legend(loc="upper left", fontsize=8)
     if measured is not None:
         tm = measured.index.to_numpy()
         for ax, column, label in ((axes[1], "ms", "time per call (ms)"), (axes[2], "MiB", "peak memory (MiB)")):
             ax.loglog(tm, measured[f"dense_{column}"], "o-", color=_DENSE, label="dense masked")
-            ax.loglog(tm, measured[f"sparse_{column}"], "s-", color=_SPARSE, label=f"{sparse_label} (blocked)")
+            ax.loglog(tm, measured[f"sparse_{column}"], "s-", color=_SPARSE, label=sparse_label)
             ax.set_xscale("log", base=2)
             ax.set_xlabel("sequence length T")
             ax.set_ylabel(label)
@@ -147,5 +149,5 @@ def plot_receptive_field(layers: Sequence[int], measured: Mapping[str, Sequence[
     ax.set_xlabel("stacked layers L")
     ax.set_ylabel("receptive field (positions)")
     ax.set_xticks(list(layers))
-    ax.legend(fontsize=8, loc="center right")
+    ax.legend(fontsize=8, loc="upper left")
     return fig
