@@ -122,7 +122,7 @@ def _build_site_if_missing() -> None:
 def _pages() -> list[str]:
     """Every HTML page of the site, relative to its root (the theme's and Sphinx's own included)."""
     return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
-                  if not p.relative_to(SITE).parts[0].startswith("_"))
+                  if not p.relative_to(SITE).parts[0].startswith(("_", ".")))
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
