@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import math
-import statistics
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -451,14 +450,21 @@ def peak_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[int,
     return tracker.peak_bytes, tracker.largest_numel
 
 
-def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
+def _fastest_seconds(calls: Sequence[Callable[[], Any]], repeats: int) -> list[float]:
+    """The fastest of ``repeats`` timings of each call, the calls interleaved after one warm-up each.
+
+    Interleaving exposes every call to the same background load, and the minimum is the timing
+    least disturbed by it (the convention of :mod:`timeit`).
+    """
+    for call in calls:
+        call()  # warm-up
+    best = [math.inf] * len(calls)
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for index, call in enumerate(calls):
+            start = time.perf_counter()
+            call()
+            best[index] = min(best[index], time.perf_counter() - start)
+    return best
 
 
 def measure_attention(lengths: Sequence[int], sparse: Callable[..., torch.Tensor], mask_fn: Callable[[int], torch.Tensor],
@@ -475,7 +481,8 @@ def measure_attention(lengths: Sequence[int], sparse: Callable[..., torch.Tensor
         sparse: callable (q, k, v) -> out, e.g. ``lambda q, k, v: sliding_window_attention(q, k, v, 64)``.
         mask_fn: T -> (T, T) bool mask that ``sparse`` implements.
         d_head: head width Dh.
-        repeats: timed repeats per point (the median is kept), after one warm-up call.
+        repeats: timed repeats per point, dense and sparse interleaved, after one warm-up call each;
+            the fastest is kept.
         seed: seed of the local generator for q, k, v.
         dtype: floating dtype of q, k, v.
         time_it: if False, only memory is measured (deterministic) and the time columns are NaN.
@@ -505,8 +512,8 @@ def measure_attention(lengths: Sequence[int], sparse: Callable[..., torch.Tensor
                "dense_ms": math.nan, "sparse_ms": math.nan}
         if time_it:
             with torch.inference_mode():
-                row["dense_ms"] = 1e3 * _median_seconds(dense, repeats)
-                row["sparse_ms"] = 1e3 * _median_seconds(sparse_call, repeats)
+                dense_s, sparse_s = _fastest_seconds([dense, sparse_call], repeats)
+            row["dense_ms"], row["sparse_ms"] = 1e3 * dense_s, 1e3 * sparse_s
         rows.append(row)
     columns = ["dense_ms", "sparse_ms", "dense_MiB", "sparse_MiB", "dense_largest", "sparse_largest"]
     return pd.DataFrame(rows).set_index("T")[columns]
