@@ -26,7 +26,7 @@ def test_init_embeddings_sets_the_scale_once_for_shared_embeddings():
     model = Transformer(50, 50, d_model=64, num_heads=4, num_encoder_layers=1, num_decoder_layers=1, d_ff=32,
                         share_embeddings=True)
     init_embeddings_(model)
-    std = float(model.src_embed.weight.std())
+    std = float(model.src_embed.weight.detach().std())
     assert 0.1 < std < 0.15 and model.generator.weight is model.src_embed.weight
 
 
