@@ -15,8 +15,10 @@ Tensors are batch first. Masks are ``torch.bool`` and broadcastable to (B, H, T,
 ``nn.MultiheadAttention`` uses the opposite polarity).
 
 Modules, one idea each:
-    masks, attention, positional, feedforward, normalization, layers, model, rnn,
-    cost, training, checks, notebook, plotting.
+    masks, attention, efficient_attention, receptive_field, positional, feedforward,
+    normalization, layers, model, kv_cache, rnn, dependency, cost, timing, gradient_flow,
+    head_specialization, data, seq2seq, training, checks, coursework, provenance, notebook,
+    plotting (one module per figure concern).
 """
 
 __version__ = "0.1.0"
