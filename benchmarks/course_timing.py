@@ -10,6 +10,7 @@ Each notebook runs in a fresh kernel (cwd = chapters/), as the book build and nb
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from datetime import datetime
@@ -68,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         frame.to_csv(args.out, index=False)
+        rows = ["| chapter | seconds | budget (s) | slowest cells |", "|---|---|---|---|"]
+        rows += [f"| {r.chapter} | {r.seconds:.1f} | {r.budget_s} | {r.slowest_cells} |" for r in frame.itertuples()]
+        summary = (f"Whole course: {total:.1f} s (budget 180 s), measured on {time.strftime('%Y-%m-%d')} "
+                   f"with {os.cpu_count()} CPU cores.")
+        args.out.with_suffix(".md").write_text("\n".join(rows) + "\n\n" + summary + "\n")
     return 0
 
 

@@ -258,6 +258,55 @@ def run(quick: bool, device: torch.device) -> pd.DataFrame:
     return frame
 
 
+def _markdown_table(frame: pd.DataFrame) -> str:
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            return "" if pd.isna(value) else f"{value:.3g}"
+        return str(value)
+
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def target_summary(frame: pd.DataFrame) -> list[str]:
+    """The issue's targets, each with the measured ratio and whether it is met."""
+    def ms(benchmark: str, implementation: str) -> float:
+        rows = frame[(frame.benchmark == benchmark) & (frame.implementation == implementation)
+                     & frame.median_ms.notna()]
+        return float(rows.median_ms.iloc[0]) if len(rows) else float("nan")
+
+    lines = []
+    banded, dense = ms("sliding_window", "package banded"), ms("sliding_window", "dense SDPA + mask")
+    flex = ms("sliding_window", "compiled FlexAttention")
+    lines.append(f"sliding window: banded speed-up over dense masked SDPA {dense / banded:.1f}x "
+                 f"(target >= 10x: {'met' if dense / banded >= 10 else 'NOT met'})")
+    if flex == flex:  # not NaN
+        lines.append(f"sliding window: banded takes {banded / flex:.2f}x the time of compiled FlexAttention "
+                     f"(target <= 1x: {'met' if banded <= flex else 'NOT met'})")
+    dilated, dense_d = ms("dilated", "package dilated"), ms("dilated", "dense SDPA + mask")
+    lines.append(f"dilated: speed-up over dense masked SDPA {dense_d / dilated:.1f}x")
+    ours, ref = ms("mha_forward_backward", "package MHA (fused, default)"), ms("mha_forward_backward",
+                                                                           "nn.MultiheadAttention")
+    lines.append(f"MHA forward+backward: {ours / ref:.2f}x the time of nn.MultiheadAttention "
+                 f"(target <= 1.1x: {'met' if ours <= 1.1 * ref else 'NOT met'})")
+    return lines
+
+
+def write_markdown(frame: pd.DataFrame, machine: dict, path: Path) -> None:
+    """The results as a markdown fragment for the book's benchmark page."""
+    timing = frame[frame.median_ms.notna()].drop(columns=["peak_memory_mb"])
+    memory = frame[frame.peak_memory_mb.notna()][["benchmark", "implementation", "n", "param", "peak_memory_mb"]]
+    parts = [f"**Machine:** {machine['device']}; {machine['cpu_count']} CPU cores; torch {machine['torch']}; "
+             f"Python {machine['python']}; run on {machine['date']}.", "",
+             "**Targets:**", ""] + [f"- {line}" for line in target_summary(frame)] + [
+             "", "**Median times** (ms; `time_vs_reference` < 1 is faster than the reference):", "",
+             _markdown_table(timing.round(4))]
+    if len(memory):
+        parts += ["", "**Peak memory of one call** (MiB):", "", _markdown_table(memory)]
+    path.write_text("\n".join(parts) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Benchmarks of the transformer_course package.")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, no compilation (for the tests)")
@@ -276,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = {"device": device_name(device), "torch": torch.__version__, "python": platform.python_version(),
                "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
     out.with_suffix(".json").write_text(json.dumps(machine, indent=2) + "\n")
+    write_markdown(frame, machine, out.with_suffix(".md"))
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(frame.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"\nwritten: {out}")
