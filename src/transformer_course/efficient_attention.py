@@ -42,6 +42,7 @@ __all__ = [
     "dilated_attention",
     "dilated_sliding_window_attention",
     "dilated_sliding_window_mask",
+    "fastest_seconds",
     "measure_attention",
     "peak_memory",
     "score_counts",
@@ -454,7 +455,7 @@ def peak_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[int,
     return tracker.peak_bytes, tracker.largest_numel
 
 
-def _fastest_seconds(calls: Sequence[Callable[[], Any]], repeats: int) -> list[float]:
+def fastest_seconds(calls: Sequence[Callable[[], Any]], repeats: int = 5) -> list[float]:
     """The fastest of ``repeats`` timings of each call, the calls interleaved after one warm-up each.
 
     Interleaving exposes every call to the same background load, and the minimum is the timing
@@ -516,7 +517,7 @@ def measure_attention(lengths: Sequence[int], sparse: Callable[..., torch.Tensor
                "dense_ms": math.nan, "sparse_ms": math.nan}
         if time_it:
             with torch.inference_mode():
-                dense_s, sparse_s = _fastest_seconds([dense, sparse_call], repeats)
+                dense_s, sparse_s = fastest_seconds([dense, sparse_call], repeats)
             row["dense_ms"], row["sparse_ms"] = 1e3 * dense_s, 1e3 * sparse_s
         rows.append(row)
     columns = ["dense_ms", "sparse_ms", "dense_MiB", "sparse_MiB", "dense_largest", "sparse_largest"]
