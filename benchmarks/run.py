@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from torch import nn
 from transformer_course.attention import MultiHeadAttention
 from transformer_course.efficient_attention import dilated_attention, sliding_window_attention
 from transformer_course.masks import dilated_mask, sliding_window_mask
+from transformer_course.timing import median_time
 
 RESULTS = Path(__file__).resolve().parent / "results"
 IMPLEMENTATIONS = {
@@ -60,17 +60,12 @@ def synchronize(device: torch.device) -> None:
 
 
 def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int = 1) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` calls after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    synchronize(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    """Median wall-clock seconds of ``fn()``, waiting for the device to finish each call."""
+    def call() -> None:
         fn()
         synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+
+    return median_time(call, repeats=repeats, warmup=warmup)
 
 
 def _qkv(n: int, d_head: int, device: torch.device, seed: int = 0) -> tuple[torch.Tensor, ...]:

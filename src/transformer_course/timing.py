@@ -12,7 +12,7 @@ import math
 import statistics
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import pandas as pd
 import torch
@@ -41,6 +41,23 @@ def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> 
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def fastest_seconds(calls: Sequence[Callable[[], Any]], repeats: int = 5) -> list[float]:
+    """The fastest of ``repeats`` timings of each call, the calls interleaved after one warm-up each.
+
+    Interleaving exposes every call to the same background load, and the minimum is the timing
+    least disturbed by it (the convention of :mod:`timeit`).
+    """
+    for call in calls:
+        call()  # warm-up
+    best = [math.inf] * len(calls)
+    for _ in range(repeats):
+        for index, call in enumerate(calls):
+            start = time.perf_counter()
+            call()
+            best[index] = min(best[index], time.perf_counter() - start)
+    return best
 
 
 def interleaved_median_times(fns: dict[str, Callable[[], object]], repeats: int = 5,
