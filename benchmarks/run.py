@@ -26,6 +26,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -171,6 +172,23 @@ def bench_mha(device: torch.device, repeats: int, batch: int, t: int, d: int, he
     return rows
 
 
+def _resident_bytes(field: str) -> int:
+    """VmRSS (resident now) or VmHWM (peak resident) of this process, from /proc/self/status.
+
+    ``getrusage``'s ru_maxrss is not usable here: a child started by a large parent inherits the
+    parent's maximum, so the child's own growth would be hidden.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not found in /proc/self/status")
+
+
+def _reset_peak_resident() -> None:
+    """Reset VmHWM to the current resident size (Linux: write 5 to /proc/self/clear_refs)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
 def _peak_memory_worker(kind: str, implementation: str, n: int, param: int) -> None:
     """Run one implementation once in this (fresh) process and print its peak memory growth in MB.
 
@@ -178,8 +196,6 @@ def _peak_memory_worker(kind: str, implementation: str, n: int, param: int) -> N
     counts against dense SDPA); FlexAttention is compiled and warmed up first, so its block mask
     and compilation are outside the region (its steady-state call is measured).
     """
-    import resource
-
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     q, k, v = _qkv(n, 64, device)
     flex = "Flex" in implementation
@@ -187,7 +203,7 @@ def _peak_memory_worker(kind: str, implementation: str, n: int, param: int) -> N
     def current() -> int:
         if device.type == "cuda":
             return torch.cuda.max_memory_allocated(device)
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return _resident_bytes("VmHWM")
 
     with torch.no_grad():
         if flex:
@@ -196,7 +212,10 @@ def _peak_memory_worker(kind: str, implementation: str, n: int, param: int) -> N
         synchronize(device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        before = current() if device.type != "cuda" else torch.cuda.memory_allocated(device)
+            before = torch.cuda.memory_allocated(device)
+        else:
+            _reset_peak_resident()
+            before = _resident_bytes("VmRSS")
         if not flex:
             fn = attention_impls(kind, n, param, device, [implementation])[implementation]
         fn(q, k, v)
@@ -296,7 +315,7 @@ def write_markdown(frame: pd.DataFrame, machine: dict, path: Path) -> None:
              f"Python {machine['python']}; run on {machine['date']}.", "",
              "**Targets:**", ""] + [f"- {line}" for line in target_summary(frame)] + [
              "", "**Median times** (ms; `time_vs_reference` < 1 is faster than the reference):", "",
-             _markdown_table(timing.round(4))]
+             _markdown_table(timing)]
     if len(memory):
         parts += ["", "**Peak memory of one call** (MiB):", "", _markdown_table(memory)]
     path.write_text("\n".join(parts) + "\n")
@@ -313,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         _peak_memory_worker(kind, implementation, int(n), int(param))
         return 0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # A fresh compile cache, so FlexAttention's reported first-call time is a cold compile.
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))
     frame = run(args.quick, device)
     out = args.out or RESULTS / f"{'quick-' if args.quick else ''}{device.type}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)

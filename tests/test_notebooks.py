@@ -104,7 +104,13 @@ def test_second_cell_sets_up_the_notebook(path):
 def test_every_figure_has_a_caption_and_alt_text(path):
     for cell in _code_cells(nbformat.read(path, as_version=4)):
         images = [o for o in cell.outputs if {"image/png", "image/svg+xml"} & set(o.get("data", {}))]
-        if "figure" in cell.metadata.get("mystnb", {}):
+        caption = cell.metadata.get("mystnb", {}).get("figure", {}).get("caption", "")
+        if caption.startswith("Table"):
+            tables = [o for o in cell.outputs if "text/html" in o.get("data", {})]
+            assert "table" in cell.metadata.get("tags", []), f"a table cell must be tagged 'table': {caption[:60]!r}"
+            assert len(tables) == 1 and not images, f"a table cell must show one table and no image: {caption[:60]!r}"
+            continue
+        if caption:
             # A captioned cell that stored only "<Figure size ...>" text would show no image.
             assert len(images) == 1, f"a captioned figure cell stored {len(images)} images: {cell.source[:60]!r}"
         if not images:
