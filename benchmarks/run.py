@@ -34,10 +34,10 @@ from typing import Callable
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from transformer_course.attention import MultiHeadAttention
 from transformer_course.efficient_attention import dilated_attention, sliding_window_attention
+from transformer_course.head_specialization import to_torch_multihead_attention
 from transformer_course.masks import dilated_mask, sliding_window_mask
 from transformer_course.timing import median_time
 
@@ -136,11 +136,7 @@ def bench_mha(device: torch.device, repeats: int, batch: int, t: int, d: int, he
     """Forward + backward of our MultiHeadAttention (fused and hand-written) vs nn.MultiheadAttention."""
     torch.manual_seed(0)
     ours = MultiHeadAttention(d, heads).to(device)
-    ref = nn.MultiheadAttention(d, heads, batch_first=True).to(device)
-    with torch.no_grad():
-        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
-        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
-        ref.out_proj.load_state_dict(ours.out_proj.state_dict())
+    ref = to_torch_multihead_attention(ours).train()  # same weights; training mode, as ours
     x = torch.randn(batch, t, d, device=device, requires_grad=True)
 
     def step(module_call):

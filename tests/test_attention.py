@@ -1,9 +1,9 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from transformer_course.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer_course.head_specialization import to_torch_multihead_attention
 from transformer_course.masks import causal_mask, dilated_mask, padding_mask, sliding_window_mask
 
 
@@ -54,22 +54,12 @@ def test_gradcheck(gen):
         lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask)[0], (q, k, v))
 
 
-def _copy_to_torch(ours: MultiHeadAttention) -> nn.MultiheadAttention:
-    ref = nn.MultiheadAttention(ours.d_model, ours.num_heads, batch_first=True, dtype=torch.float64)
-    with torch.no_grad():
-        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
-        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
-        ref.out_proj.weight.copy_(ours.out_proj.weight)
-        ref.out_proj.bias.copy_(ours.out_proj.bias)
-    return ref
-
-
 @pytest.mark.parametrize("fused", [True, False])
 def test_mha_matches_nn_multihead_attention(gen, fused):
     torch.manual_seed(0)
     ours = MultiHeadAttention(16, 4).double()
     ours.fused = fused
-    ref = _copy_to_torch(ours)
+    ref = to_torch_multihead_attention(ours)
     x = torch.randn(2, 6, 16, generator=gen, dtype=torch.float64)
     memory = torch.randn(2, 9, 16, generator=gen, dtype=torch.float64)
     torch.testing.assert_close(ours(x, x, x), ref(x, x, x, need_weights=False)[0])
@@ -82,7 +72,7 @@ def test_mha_matches_nn_multihead_attention(gen, fused):
 def test_mha_weights_per_head_match_torch(gen):
     torch.manual_seed(1)
     ours = MultiHeadAttention(12, 3).double()
-    ref = _copy_to_torch(ours)
+    ref = to_torch_multihead_attention(ours)
     x = torch.randn(2, 5, 12, generator=gen, dtype=torch.float64)
     out, weights = ours(x, x, x, need_weights=True)
     ref_out, ref_weights = ref(x, x, x, need_weights=True, average_attn_weights=False)
