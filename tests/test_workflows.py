@@ -203,6 +203,8 @@ def test_weekly_runs_nbval_on_portable_kernels_and_keeps_its_reports():
     assert len(nbval_steps) == 2
     for step in nbval_steps:
         assert "ATEN_CPU_CAPABILITY" not in step.get("env", {})
+        # Without loadscope, xdist hands a notebook's cells to both workers: NameErrors everywhere.
+        assert "-n 2 --dist loadscope" in step["run"]
         assert "--junitxml=artifacts/weekly/" in step["run"] and "tee artifacts/weekly/" in step["run"]
     keep = _step(weekly, "newest", "actions/upload-artifact@")
     assert keep["with"]["path"] == "artifacts/weekly"
