@@ -15,8 +15,8 @@ Two processes take part in grading one notebook:
   values again. Student code therefore cannot patch the checks or ``torch.testing``, rewrite the
   test cells, decide a comparison, or read an expected value.
 
-Each exercise has a time budget (``timeout``, 60 s by default) for its cells and its checks. A cell
-that overruns it (even one that ignores SIGINT) is killed with its whole kernel; the exercise
+Each exercise has a time budget (``timeout``, 60 s by default) for its cells, and the same again
+for its checks (a kernel's start-up is not counted). A cell that overruns it (even one that ignores SIGINT) is killed with its whole kernel; the exercise
 scores 0 as "timed out", a fresh kernel replays the earlier cells without the runaway one, and
 grading goes on with the next exercise.
 
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transformer_course.coursework import cell_source, nbgrader_metadata, read_chapter
+from transformer_course.coursework import cell_source, free_names, nbgrader_metadata, read_chapter
 
 GRADER_MODULE = "__grader__"
 """``__name__`` of the namespace in which test cells run (their lambdas are called back, not sent)."""
@@ -102,7 +102,7 @@ class Limits:
     """What one notebook may use.
 
     Attributes:
-        timeout: seconds of wall time per exercise (its cells and its checks).
+        timeout: seconds of wall time for an exercise's cells, and again for its checks.
         memory_mb: address-space limit of the kernel.
         file_mb: largest file the kernel may write.
         sandbox: ``"bwrap"`` (bubblewrap) or ``"none"`` (only for trusted submissions).
@@ -615,27 +615,6 @@ def split_hidden(source: str) -> list[tuple[str, bool]]:
     return [(code, hidden) for code, hidden in parts if code.strip()]
 
 
-def _bound_names(tree: ast.AST) -> set[str]:
-    bound = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            bound.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, ast.alias):
-            bound.add((node.asname or node.name).split(".")[0])
-    return bound
-
-
-def free_names(source: str) -> set[str]:
-    """Names a piece of code reads but never binds (builtins excluded)."""
-    tree = ast.parse(source)
-    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return loaded - _bound_names(tree) - set(dir(builtins))
-
-
 def _used_names(source: str) -> set[str]:
     """Every identifier a cell mentions: names, attributes and imported names."""
     try:
@@ -793,12 +772,15 @@ class _Runner:
             self.kernel.kill()
             self.kernel = None
 
-    def run_until(self, end: int, deadline: float) -> tuple[str, int | None]:
+    def run_until(self, end: int, budget: float) -> tuple[str, int | None]:
         """Run cells up to (excluding) ``end``: ("ok", None) or ("timed out"/"stopped", cell).
 
-        After a restart the cells that ran before are replayed first, each with a full budget of
-        its own; a cell that overruns in a replay is skipped too, and the replay starts again.
+        The new cells share ``budget`` seconds, counted from the first of them (a kernel's start
+        is not counted). After a restart the cells that ran before are replayed first, each with
+        a budget of its own; a cell that overruns in a replay is skipped too, and the replay
+        starts again.
         """
+        deadline = None
         while True:
             if self.kernel is None:
                 self.position = 0
@@ -816,6 +798,8 @@ class _Runner:
                         continue
                     current = index
                     replay = index < self.reached
+                    if not replay and deadline is None:
+                        deadline = time.monotonic() + budget
                     self.kernel.deadline = time.monotonic() + self.limits.timeout if replay else deadline
                     error = self.kernel.run_cell(cell["source"])
                     if error:
@@ -880,8 +864,7 @@ def grade_notebook(submission: Path, instructor_notebook: Path, released_folder:
         try:
             for plan, anchor in anchored:
                 end = len(cells) if anchor is None else anchor + 1
-                deadline = time.monotonic() + limits.timeout
-                state, cell = runner.run_until(end, deadline)
+                state, cell = runner.run_until(end, limits.timeout)
                 segment_errors = [f"cell {cells[i]['index']} raised {runner.errors[i]}"
                                   for i in sorted(runner.errors) if previous_end <= i < end]
                 previous_end = max(previous_end, end)
@@ -905,7 +888,7 @@ def grade_notebook(submission: Path, instructor_notebook: Path, released_folder:
                         "exercise asks you to write yourself; it scores 0")
                     continue
                 torch.manual_seed(0)
-                runner.kernel.deadline = deadline
+                runner.kernel.deadline = time.monotonic() + limits.timeout
                 runner.kernel.callbacks = []
                 message, hidden_failed = "", False
                 namespace: dict[str, Any] = {"__name__": GRADER_MODULE, "__builtins__": builtins}
