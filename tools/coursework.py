@@ -321,6 +321,9 @@ def grade(course: Path, submissions: Path, out: Path, verbose: bool = False, job
     found, rows = find_submissions(submissions, chapters)
     limits = Limits(timeout=timeout, memory_mb=memory_mb, sandbox="bwrap" if sandbox else "none")
     refused = sandbox_problem() if sandbox and found else None
+    for row in rows:  # a chapter with two candidate notebooks counts as attempted, at 0 points
+        if row.status.startswith("two candidates"):
+            row.exercises = _chapter_max_points(course, row.chapter)
     results: list[Graded] = list(rows)
     started = time.monotonic()
     shutil.rmtree(out / "feedback", ignore_errors=True)  # a re-run writes the same files afresh
@@ -399,7 +402,8 @@ def _print_summary(results: list[Graded], seconds: float, jobs: int) -> None:
     graded = [g for g in results if g.seconds > 0]
     counts: dict[str, int] = {}
     for g in results:
-        counts[g.status.split(":")[0].split(";")[0]] = counts.get(g.status.split(":")[0].split(";")[0], 0) + 1
+        kind = re.split(r"[:;]| for ", g.status)[0]
+        counts[kind] = counts.get(kind, 0) + 1
     print(f"summary: {len(results)} rows: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     if graded:
         times = sorted(g.seconds for g in graded)
