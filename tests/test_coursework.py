@@ -225,7 +225,7 @@ def test_every_file_and_folder_gets_a_row_with_a_reason(tmp_path):
     found, rows = tool.find_submissions(tmp_path, chapters)
     assert found == {}
     statuses = {row.file: row.status for row in rows}
-    assert statuses["ada/dl0027_multi_head_attention.ipynb, ada/dl0027 (1).ipynb"].startswith(
+    assert statuses["ada/dl0027 (1).ipynb, ada/dl0027_multi_head_attention.ipynb"].startswith(
         "two candidates for dl0027_multi_head_attention")
     assert statuses["ada/week1/dl0028.ipynb"].startswith("wrong place: inside the subfolder week1/")
     assert statuses["ada/readme.txt"].startswith("not a notebook")
@@ -243,3 +243,32 @@ def test_grading_needs_a_released_course(tmp_path):
         tool.grade(tmp_path / "course", tmp_path, tmp_path / "grades")
     with pytest.raises(tool.CourseworkError, match="not a course folder"):
         tool._config(tmp_path)
+
+
+# --- every exercise has a visible self-check that catches a typical mistake ---------------------
+
+def _typical_wrong_answers() -> dict[str, str]:
+    path = ROOT / "tests" / "fixtures" / "coursework" / "typical_wrong_answers.py"
+    spec = importlib.util.spec_from_file_location("typical_wrong_answers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.WRONG
+
+
+WRONG = _typical_wrong_answers()
+EXERCISES = [(path, e.label) for path in CHAPTERS for e in read_chapter(path).exercises]
+
+
+@pytest.mark.parametrize("path, label", EXERCISES, ids=[label for _, label in EXERCISES])
+def test_the_visible_self_check_fails_a_typical_wrong_answer(path, label):
+    from transformer_course.checks import ExerciseError
+    from transformer_course.grading import split_hidden
+
+    assert label in WRONG, f"add a typical wrong answer for {label} to tests/fixtures/coursework/typical_wrong_answers.py"
+    test = _cell(nbformat.read(path, as_version=4), f"{label}-tests").source
+    namespace: dict = {}
+    exec("import math\nimport torch\nfrom torch import nn\n" + WRONG[label], namespace)  # noqa: S102
+    with pytest.raises(ExerciseError):
+        for code, hidden in split_hidden(test):
+            if not hidden:
+                exec(code, namespace)  # noqa: S102
