@@ -194,6 +194,7 @@ class Graded:
     exercises: list[tuple[str, float, float, str]] = field(default_factory=list)
     file: str = ""
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
     @property
     def points(self) -> float:
@@ -347,7 +348,7 @@ def grade(course: Path, submissions: Path, out: Path, verbose: bool = False, job
             continue
         results.append(Graded(student, chapter, result.status,
                               [(e.label, e.points, e.max_points, e.result) for e in result.exercises],
-                              file, result.seconds))
+                              file, result.seconds, result.cpu_seconds))
         feedback = out / "feedback" / student
         feedback.mkdir(parents=True, exist_ok=True)
         (feedback / f"{chapter}.html").write_text(feedback_html(student, chapter, result), encoding="utf-8")
@@ -407,8 +408,9 @@ def _print_summary(results: list[Graded], seconds: float, jobs: int) -> None:
     print(f"summary: {len(results)} rows: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     if graded:
         times = sorted(g.seconds for g in graded)
+        cpu = sorted(g.cpu_seconds for g in graded)
         print(f"summary: {len(graded)} notebooks graded in {seconds:.0f} s with {jobs} job(s); per notebook "
-              f"median {times[len(times) // 2]:.1f} s, slowest {times[-1]:.1f} s")
+              f"median {times[len(times) // 2]:.1f} s (CPU {cpu[len(cpu) // 2]:.1f} s), slowest {times[-1]:.1f} s")
     for g in results:
         if g.status != "graded":
             where = f" ({g.file})" if g.file else ""

@@ -48,7 +48,7 @@ import tempfile
 import time
 import types
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +94,7 @@ class NotebookResult:
     exercises: list[ExerciseResult]
     status: str
     seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
+    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,7 @@ def _kernel_main() -> None:
             result = shell.run_cell(source, store_history=True)
             error = result.error_before_exec or result.error_in_exec
             text = None if error is None else f"{type(error).__name__}: {error}"[:500]
-            send(("done", text, time.monotonic() - start))
+            send(("done", text, time.monotonic() - start, time.process_time()))
             continue
         try:
             if kind == "get":
@@ -374,6 +374,7 @@ class Kernel:
                                         user=user, group=user, extra_groups=[] if user is not None else None)
         self.deadline: float | None = None
         self.callbacks: list[Any] = []
+        self.cpu_seconds = 0.0
 
     def start(self, deadline: float) -> None:
         self.deadline = deadline
@@ -418,8 +419,10 @@ class Kernel:
         """Run one cell; return its error ("ZeroDivisionError: division by zero") or None."""
         self._send(("run", 0, source))
         reply = self._receive()
-        if not (isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "done"):
+        if not (isinstance(reply, tuple) and len(reply) == 4 and reply[0] == "done"):
             raise KernelGone("the notebook's process answered out of turn")
+        if type(reply[3]) is float:
+            self.cpu_seconds = reply[3]  # as the kernel reports it: for the summary only
         return reply[1] if isinstance(reply[1], str) else None
 
     def request(self, message: tuple) -> Any:
@@ -749,17 +752,18 @@ def _describe_error(error: BaseException, hidden: bool) -> str:
 class _Runner:
     """Runs one notebook's cells in a kernel, restarting it (without the runaway cell) when needed."""
 
-    def __init__(self, cells: list[dict[str, Any]], workdir: Path, limits: Limits, cpu_seconds: int) -> None:
-        self.cells, self.workdir, self.limits, self.cpu_seconds = cells, workdir, limits, cpu_seconds
+    def __init__(self, cells: list[dict[str, Any]], workdir: Path, limits: Limits, cpu_limit: int) -> None:
+        self.cells, self.workdir, self.limits, self.cpu_limit = cells, workdir, limits, cpu_limit
         self.kernel: Kernel | None = None
         self.position = 0  # the next cell to run in the current kernel
         self.reached = 0  # cells before this one have run (or been skipped) once
+        self.cpu_seconds = 0.0  # of the kernels so far, as they reported it
         self.skipped: set[int] = set()
         self.errors: dict[int, str] = {}
 
     def _start(self, deadline: float) -> Kernel:
         command, user = _kernel_command(self.limits, self.workdir)
-        kernel = Kernel(command, self.workdir, _kernel_env(self.workdir), self.limits, self.cpu_seconds, user)
+        kernel = Kernel(command, self.workdir, _kernel_env(self.workdir), self.limits, self.cpu_limit, user)
         try:
             kernel.start(deadline)
         except KernelGone:
@@ -770,6 +774,7 @@ class _Runner:
     def stop(self) -> None:
         if self.kernel is not None:
             self.kernel.kill()
+            self.cpu_seconds += self.kernel.cpu_seconds
             self.kernel = None
 
     def run_until(self, end: int, budget: float) -> tuple[str, int | None]:
@@ -818,6 +823,49 @@ class _Runner:
                 return ("timed out" if gone.timed_out else "stopped"), current
 
 
+def _check_exercise(runner: _Runner, plan: ExercisePlan, cells: list[dict[str, Any]], limits: Limits,
+                    segment_errors: list[str]) -> ExerciseResult:
+    """Run one exercise's test cell here, on the names fetched from the kernel; grade it."""
+    import torch
+
+    def result(points: float, outcome: str, message: str) -> ExerciseResult:
+        return ExerciseResult(plan.label, plan.title, points, plan.max_points, outcome, message)
+
+    solution = next((c for c in cells if c["grade_id"] == f"{plan.label}-solution"), None)
+    used = sorted(set(plan.references) & _used_names(solution["source"])) if solution else []
+    if used:
+        return result(0.0, "flagged", f"your solution cell uses {', '.join(used)} from transformer_course, "
+                      "the answer this exercise asks you to write yourself; it scores 0")
+    torch.manual_seed(0)  # the same random test inputs for every student and every run
+    kernel = runner.kernel
+    kernel.deadline = time.monotonic() + limits.timeout
+    kernel.callbacks = []
+    hidden = False
+    namespace: dict[str, Any] = {"__name__": GRADER_MODULE, "__builtins__": builtins}
+    try:
+        fetched = kernel.request(("get", list(plan.names)))
+        if isinstance(fetched, dict):
+            namespace.update({k: v for k, v in fetched.items() if k in plan.names})
+        for code, hidden in plan.parts:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                warnings.simplefilter("ignore")
+                exec(compile(code, f"<{plan.label} tests>", "exec"), namespace)  # noqa: S102
+        return result(plan.max_points, "passed", "")
+    except KernelTimeout:
+        runner.stop()
+        return result(0.0, "timed out", f"timed out: your code ran longer than {limits.timeout:g} s during the "
+                      "tests and was stopped; the other exercises were graded without it")
+    except KernelGone as gone:
+        runner.stop()
+        message = f"your code stopped the notebook's process during the tests ({gone})"
+    except Exception as error:  # noqa: BLE001 (any failure of the tests is the student's to read)
+        message = _describe_error(error, hidden)
+    if segment_errors:
+        message += " (" + "; ".join(segment_errors)[:400] + ")"
+    return result(0.0, "failed", message)
+
+
 def grade_notebook(submission: Path, instructor_notebook: Path, released_folder: Path | None,
                    limits: Limits = Limits()) -> NotebookResult:
     """Grade one student's notebook against the instructor's test cells.
@@ -834,9 +882,7 @@ def grade_notebook(submission: Path, instructor_notebook: Path, released_folder:
         The exercises' results and a status line ("graded", "graded; timed out in dl0028-ex2",
         "invalid notebook: ...").
     """
-    import torch
-
-    start = time.monotonic()
+    start, cpu_start = time.monotonic(), _cpu_time()
     plans = exercise_plans(instructor_notebook)
     try:
         cells = read_submission(submission)
@@ -846,7 +892,7 @@ def grade_notebook(submission: Path, instructor_notebook: Path, released_folder:
     anchored = _anchors(cells, plans)
     results: dict[str, ExerciseResult] = {}
     timed_out: list[str] = []
-    cpu_seconds = int(limits.timeout * (len(plans) + 2) + 60)
+    cpu_limit = int(limits.timeout * (len(plans) + 2) + 60)
     with tempfile.TemporaryDirectory(prefix="grading-") as folder:
         workdir = Path(folder) / "work"
         workdir.mkdir()
@@ -859,7 +905,7 @@ def grade_notebook(submission: Path, instructor_notebook: Path, released_folder:
         if limits.sandbox != "none" and os.geteuid() == 0:
             for path in [workdir, *workdir.rglob("*")]:
                 os.chown(path, SANDBOX_UID, SANDBOX_UID)
-        runner = _Runner(cells, workdir, limits, cpu_seconds)
+        runner = _Runner(cells, workdir, limits, cpu_limit)
         previous_end = 0
         try:
             for plan, anchor in anchored:
@@ -879,53 +925,21 @@ def grade_notebook(submission: Path, instructor_notebook: Path, released_folder:
                     if state == "timed out":
                         timed_out.append(plan.label)
                     continue
-                solution = next((c for c in cells if c["grade_id"] == f"{plan.label}-solution"), None)
-                used = sorted(set(plan.references) & _used_names(solution["source"])) if solution else []
-                if used:
-                    results[plan.label] = ExerciseResult(
-                        plan.label, plan.title, 0.0, plan.max_points, "flagged",
-                        f"your solution cell uses {', '.join(used)} from transformer_course, the answer this "
-                        "exercise asks you to write yourself; it scores 0")
-                    continue
-                torch.manual_seed(0)
-                runner.kernel.deadline = time.monotonic() + limits.timeout
-                runner.kernel.callbacks = []
-                message, hidden_failed = "", False
-                namespace: dict[str, Any] = {"__name__": GRADER_MODULE, "__builtins__": builtins}
-                try:
-                    fetched = runner.kernel.request(("get", list(plan.names)))
-                    if isinstance(fetched, dict):
-                        namespace.update({k: v for k, v in fetched.items() if k in plan.names})
-                    for code, hidden in plan.parts:
-                        hidden_failed = hidden
-                        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                                contextlib.redirect_stderr(io.StringIO()):
-                            warnings.simplefilter("ignore")
-                            exec(compile(code, f"<{plan.label} tests>", "exec"), namespace)  # noqa: S102
-                    passed = True
-                except KernelTimeout:
-                    runner.stop()
+                results[plan.label] = _check_exercise(runner, plan, cells, limits, segment_errors)
+                if results[plan.label].result == "timed out":
                     timed_out.append(plan.label)
-                    results[plan.label] = ExerciseResult(
-                        plan.label, plan.title, 0.0, plan.max_points, "timed out",
-                        f"timed out: your code ran longer than {limits.timeout:g} s during the tests and was "
-                        "stopped; the other exercises were graded without it")
-                    continue
-                except KernelGone as gone:
-                    runner.stop()
-                    passed, message = False, f"your code stopped the notebook's process during the tests ({gone})"
-                except Exception as error:  # noqa: BLE001 (any failure of the tests is the student's to read)
-                    passed, message = False, _describe_error(error, hidden_failed)
-                if not passed and segment_errors:
-                    message += " (" + "; ".join(segment_errors)[:400] + ")"
-                results[plan.label] = ExerciseResult(plan.label, plan.title,
-                                                     plan.max_points if passed else 0.0, plan.max_points,
-                                                     "passed" if passed else "failed", message)
         finally:
             runner.stop()
     ordered = [results[p.label] for p in plans]
     status = "graded" if not timed_out else f"graded; timed out in {', '.join(sorted(timed_out))}"
-    return NotebookResult(ordered, status, time.monotonic() - start)
+    return NotebookResult(ordered, status, time.monotonic() - start,
+                          _cpu_time() - cpu_start + runner.cpu_seconds)
+
+
+def _cpu_time() -> float:
+    """CPU seconds used by this process (the kernels report their own)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
 
 
 # --- feedback -----------------------------------------------------------------------------------
