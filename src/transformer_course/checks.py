@@ -40,7 +40,8 @@ class ExerciseError(AssertionError):
 
 
 def _short(value: Any, limit: int = 120) -> str:
-    text = value if isinstance(value, str) else repr(value)
+    """``repr(value)``, cut to ``limit`` characters (a student's answer may be huge)."""
+    text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
