@@ -104,7 +104,8 @@ class Limits:
     Attributes:
         timeout: seconds of wall time for an exercise's cells, and again for its checks.
         memory_mb: address-space limit of the kernel.
-        file_mb: largest file the kernel may write.
+        file_mb: largest file the kernel may write. (As root, the sandboxes' user may also run
+            at most 512 processes and threads in all: no fork bombs.)
         sandbox: ``"bwrap"`` (bubblewrap) or ``"none"`` (only for trusted submissions).
     """
 
@@ -367,6 +368,8 @@ class Kernel:
             resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
             resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_mb * 2**20,) * 2)
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if os.geteuid() == 0 and limits.sandbox != "none":  # counts the processes of uid nobody
+                resource.setrlimit(resource.RLIMIT_NPROC, (512, 512))
 
         self.process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
