@@ -16,15 +16,17 @@ Two processes take part in grading one notebook:
   test cells, decide a comparison, or read an expected value.
 
 Each exercise has a time budget (``timeout``, 60 s by default) for its cells, and the same again
-for its checks (a kernel's start-up is not counted). A cell that overruns it (even one that ignores SIGINT) is killed with its whole kernel; the exercise
-scores 0 as "timed out", a fresh kernel replays the earlier cells without the runaway one, and
-grading goes on with the next exercise.
+for its checks (a kernel's start-up is not counted). A cell that overruns it, even one that
+ignores SIGINT, is killed with its whole kernel; the exercise scores 0 as "timed out", a fresh
+kernel replays the earlier cells without the runaway one, and grading goes on with the next
+exercise.
 
 A solution cell that uses the package function an exercise asks the student to write (a
 ``transformer_course`` name that the exercise's test cell imports and the reference solution does
 not use) scores 0 with a message saying so.
 
-Shape legend: none (this module moves notebooks, not tensors).
+``tools/coursework.py grade`` calls :func:`grade_notebook` for every submission and writes the
+grade tables; :func:`sandbox_problem` says whether bubblewrap works on this machine.
 """
 
 from __future__ import annotations
@@ -361,7 +363,7 @@ class Kernel:
     """The kernel process seen from the grader: run cells, fetch names, call student functions."""
 
     def __init__(self, command: list[str], cwd: Path, env: dict[str, str], limits: Limits,
-                 cpu_seconds: int, user: int | None) -> None:
+                 cpu_seconds: int) -> None:
         def restrict() -> None:  # in the child, before exec: limits inherited by the sandbox
             memory = limits.memory_mb * 2**20
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
@@ -373,8 +375,7 @@ class Kernel:
 
         self.process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                        start_new_session=True, preexec_fn=restrict,
-                                        user=user, group=user, extra_groups=[] if user is not None else None)
+                                        start_new_session=True, preexec_fn=restrict)
         self.deadline: float | None = None
         self.callbacks: list[Any] = []
         self.cpu_seconds = 0.0
@@ -568,11 +569,11 @@ def sandbox_problem() -> str | None:
     return None
 
 
-def _kernel_command(limits: Limits, workdir: Path) -> tuple[list[str], int | None]:
+def _kernel_command(limits: Limits, workdir: Path) -> list[str]:
     inner = [sys.executable, "-c", "from transformer_course.grading import _kernel_main; _kernel_main()"]
     if limits.sandbox == "none":
-        return inner, None
-    return bwrap_command(workdir, inner, os.geteuid() == 0), None
+        return inner
+    return bwrap_command(workdir, inner, os.geteuid() == 0)
 
 
 def _kernel_env(workdir: Path) -> dict[str, str]:
@@ -765,8 +766,8 @@ class _Runner:
         self.errors: dict[int, str] = {}
 
     def _start(self, deadline: float) -> Kernel:
-        command, user = _kernel_command(self.limits, self.workdir)
-        kernel = Kernel(command, self.workdir, _kernel_env(self.workdir), self.limits, self.cpu_limit, user)
+        kernel = Kernel(_kernel_command(self.limits, self.workdir), self.workdir, _kernel_env(self.workdir),
+                        self.limits, self.cpu_limit)
         try:
             kernel.start(deadline)
         except KernelGone:
