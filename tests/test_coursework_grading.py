@@ -41,7 +41,7 @@ FIXTURE_MD = ROOT / "tests" / "fixtures" / "coursework" / "dl9001_coursework_fix
 FIXTURE = "dl9001_coursework_fixture"
 TIMEOUT = 15
 
-pytestmark = [pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning"),
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning"),
               pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (CI installs it: apt-get install bubblewrap)")]
 
