@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     release_parser.add_argument("--out", type=Path, required=True, help="the course folder to create or update")
     release_parser.add_argument("chapters", nargs="*", type=Path,
                                 help="chapter notebooks (default: chapters/dl00*.ipynb)")
-    grade_parser = commands.add_parser("grade", help="autograde a folder of submissions")
+    grade_parser = commands.add_parser("grade", help="grade a folder of submissions, each in a sandbox")
     grade_parser.add_argument("--course", type=Path, required=True, help="the course folder made by release")
     grade_parser.add_argument("--submissions", type=Path, required=True,
                               help="a folder holding <student_id>/<chapter>.ipynb")

@@ -7,8 +7,8 @@ import os
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
 
-# The course folder is the folder holding this file: source/, release/, submitted/, autograded/,
-# feedback/ and the gradebook (gradebook.db, sqlite) live in it.
+# The course folder is the folder holding this file: source/ (instructor versions, hidden tests),
+# release/ (student versions) and nbgrader's gradebook (gradebook.db, sqlite) live in it.
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = "transformers-executed"
 
