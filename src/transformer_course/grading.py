@@ -570,7 +570,7 @@ def sandbox_problem() -> str | None:
 
 
 def _kernel_command(limits: Limits, workdir: Path) -> list[str]:
-    inner = [sys.executable, "-c", "from transformer_course.grading import _kernel_main; _kernel_main()"]
+    inner = [sys.executable, "-c", f"from {__name__} import _kernel_main; _kernel_main()"]
     if limits.sandbox == "none":
         return inner
     return bwrap_command(workdir, inner, os.geteuid() == 0)
@@ -653,7 +653,7 @@ def _reference_names(test_source: str, solution_source: str) -> set[str]:
     names = set()
     for node in ast.walk(ast.parse(test_source)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_course") \
-                and node.module != "transformer_course.checks":
+                and node.module.rsplit(".", 1)[-1] != "checks":
             try:
                 module = importlib.import_module(node.module)
             except ImportError:
