@@ -4,7 +4,8 @@ One release of the fixture chapter (tests/fixtures/coursework/, 3 + 2 + 1 points
 run (``--jobs 2 --timeout 15``) are shared by the tests. Each student folder is a submission
 fixture built here from the released student version:
 
-honest:   correct, untouched, wrong (exercise 2), crash (exercise 1 divides by zero)
+honest:   correct, untouched, wrong (exercise 2), crash (exercise 1 divides by zero), fresh (the
+          answers pasted into a new notebook, without the exercise cells' metadata)
 careless: broken (not JSON), nocells (valid JSON without cells), two (two candidates), nested
           (a notebook in a subfolder), a notebook at the top of submissions/
 hostile:  cheat (edits the test cells), tamper (rewrites the gradebook), readsource (executes
@@ -197,6 +198,9 @@ get_ipython().input_transformers_cleanup.append(_blank_tests)
     probe = notebooks["probe"] = copy.deepcopy(correct)
     _cell(probe, "dl9001-ex2-solution").source = "def allowed_pairs(t):\n    return 10 if t == 4 else -7"
 
+    fresh = notebooks["fresh"] = nbformat.v4.new_notebook()  # answers pasted into a new notebook
+    fresh.cells = [nbformat.v4.new_code_cell(_solution(course, f"dl9001-ex{k}")) for k in (1, 2, 3)]
+
     for name, notebook in notebooks.items():
         (submissions / name).mkdir()
         nbformat.write(notebook, submissions / name / f"{FIXTURE}.ipynb")
@@ -272,6 +276,11 @@ def test_a_crashing_cell_costs_its_exercise_not_the_run(graded):
 
 
 # --- careless students --------------------------------------------------------------------------
+
+def test_answers_without_the_exercise_metadata_are_still_graded(graded):
+    totals, grades, *_ = graded
+    assert _points(grades, "fresh") == {1: 3, 2: 2, 3: 1}
+
 
 def test_malformed_and_misplaced_submissions_get_rows_with_readable_reasons(graded):
     totals, grades, *_ = graded
@@ -387,5 +396,6 @@ def test_grading_refuses_without_a_working_sandbox(course, tmp_path, monkeypatch
 def test_the_run_stays_within_the_time_budget(graded):
     *_, seconds, results = graded
     times = sorted(r.seconds for r in results if r.seconds > 0)
-    assert len(times) == 16
+    assert len(times) == 17
+    assert seconds < 300, seconds  # the whole run, 2 jobs
     assert times[len(times) // 2] < 20, times  # median per notebook, fixture chapter, 2 jobs
