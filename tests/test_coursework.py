@@ -7,11 +7,8 @@ Grading, with its sandbox and the attacks it must survive, is tested in test_cou
 
 from __future__ import annotations
 
-import copy
-import csv
 import importlib.util
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -23,7 +20,7 @@ from transformer_course.coursework import (
     SOLUTION_MARKER_TAG, cell_source, chapter_table, exercise_table, format_problems, read_chapter,
     strip_solution_markers, student_version_leaks)
 
-# nbgrader's own noise while autograding (its sqlalchemy session, the cell it adds back without an id)
+# nbgrader's own noise while releasing (its sqlalchemy session, cells without an id)
 pytestmark = [pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning"),
               pytest.mark.filterwarnings("ignore:Cell is missing an id field")]
 
@@ -44,7 +41,7 @@ def _load_tool():
 tool = _load_tool()
 
 
-# --- the fixture chapter and one shared release + grading run ----------------------------------
+# --- the fixture chapter and one shared release ------------------------------------------------
 
 @pytest.fixture(scope="module")
 def fixture_chapter(tmp_path_factory) -> Path:
@@ -68,11 +65,6 @@ def _student_version(course: Path):
 def _cell(notebook, grade_id):
     (cell,) = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
     return cell
-
-
-def _solution_code(fixture_chapter: Path, label: str) -> str:
-    source = _cell(nbformat.read(fixture_chapter, as_version=4), f"{label}-solution").source
-    return "\n".join(line for line in source.splitlines() if "### " not in line)
 
 
 # --- the fixture and the parsing ----------------------------------------------------------------
