@@ -264,3 +264,24 @@ def test_the_visible_self_check_fails_a_typical_wrong_answer(path, label):
         for code, hidden in split_hidden(test):
             if not hidden:
                 exec(code, namespace)  # noqa: S102
+
+
+# --- an answer computed with the package's reference is flagged; a check against it is not -----
+
+@pytest.mark.parametrize("source, flagged", [
+    ("from transformer_course.positional import sinusoidal_encoding\n\n"
+     "def my_sinusoidal_encoding(n, d):\n    return sinusoidal_encoding(n, d)", True),
+    ("from transformer_course.positional import sinusoidal_encoding as my_sinusoidal_encoding", True),
+    ("import transformer_course.positional as p\nmy_sinusoidal_encoding = p.sinusoidal_encoding", True),
+    ("from transformer_course.positional import sinusoidal_encoding as s\n\ndef helper(n, d):\n"
+     "    return s(n, d)\n\ndef my_sinusoidal_encoding(n, d):\n    return helper(n, d)", True),
+    ("import torch\n\ndef my_sinusoidal_encoding(n, d):\n    return torch.zeros(n, d)\n\n"
+     "from transformer_course.positional import sinusoidal_encoding\n"
+     "print((my_sinusoidal_encoding(4, 8) - sinusoidal_encoding(4, 8)).abs().max())", False),
+    ("%timeit 1\nmy_sinusoidal_encoding = None", False),
+])
+def test_an_answer_computed_with_the_reference_is_flagged(source, flagged):
+    from transformer_course.grading import references_in_answers
+
+    found = references_in_answers(source, ("my_sinusoidal_encoding",), ("sinusoidal_encoding",))
+    assert found == ({"sinusoidal_encoding"} if flagged else set())

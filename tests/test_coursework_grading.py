@@ -376,7 +376,7 @@ def test_importing_the_reference_answer_scores_zero_with_a_message(graded):
     assert _points(grades, "reference") == {1: 0, 2: 2, 3: 1}
     assert grades["reference", "dl9001-ex1"]["result"] == "flagged"
     html = (out / "feedback" / "reference" / f"{FIXTURE}.html").read_text()
-    assert "uses causal_mask from transformer_course" in html
+    assert "your answer is computed with causal_mask from transformer_course" in html
 
 
 def test_grading_refuses_without_a_working_sandbox(course, tmp_path, monkeypatch, capsys):

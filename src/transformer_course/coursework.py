@@ -267,7 +267,8 @@ _HIDDEN_REGION = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HID
                             re.DOTALL | re.MULTILINE)
 
 
-def _bound_names(tree: ast.AST) -> set[str]:
+def bound_names(tree: ast.AST) -> set[str]:
+    """Every name a parsed piece of Python binds: assignments, definitions, arguments, imports."""
     bound = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -291,7 +292,7 @@ def free_names(source: str) -> set[str]:
     """
     tree = ast.parse(source)
     loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return loaded - _bound_names(tree) - set(dir(builtins))
+    return loaded - bound_names(tree) - set(dir(builtins))
 
 
 def _free_names_or_empty(source: str) -> set[str]:
@@ -315,7 +316,7 @@ def _imported_elsewhere(chapter: Chapter, exercise: Exercise) -> set[str]:
             continue
         grade_id = nbgrader_metadata(cell).get("grade_id")
         if grade_id == f"{exercise.label}-solution":
-            solution_bound |= _bound_names(tree)
+            solution_bound |= bound_names(tree)
         if grade_id in own:
             continue
         imported |= {(a.asname or a.name).split(".")[0] for node in ast.walk(tree)

@@ -21,9 +21,9 @@ ignores SIGINT, is killed with its whole kernel; the exercise scores 0 as "timed
 kernel replays the earlier cells without the runaway one, and grading goes on with the next
 exercise.
 
-A solution cell that uses the package function an exercise asks the student to write (a
-``transformer_course`` name that the exercise's test cell imports and the reference solution does
-not use) scores 0 with a message saying so.
+An exercise whose answer is computed with the package function the exercise asks the student to
+write (a ``transformer_course`` name that its test cell imports and the reference solution does not
+use) scores 0 as "flagged", with a message saying so; using it elsewhere, to check an answer, is fine.
 
 ``tools/coursework.py grade`` calls :func:`grade_notebook` for every submission and writes the
 grade tables; :func:`sandbox_problem` says whether bubblewrap works on this machine.
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformer_course.coursework import cell_source, free_names, nbgrader_metadata, read_chapter
+from transformer_course.coursework import bound_names, cell_source, free_names, nbgrader_metadata, read_chapter
 
 GRADER_MODULE = "__grader__"
 """``__name__`` of the namespace in which test cells run (their lambdas are called back, not sent)."""
@@ -596,7 +596,8 @@ class ExercisePlan:
     Attributes:
         parts: the test cell split into (code, hidden) pieces, in order.
         names: the names the test cell takes from the student's notebook.
-        references: package names the student's solution cell must not use.
+        answers: the names the exercise asks for (read by the test, bound by the solution).
+        references: package names the answers must not be computed with.
     """
 
     label: str
@@ -604,6 +605,7 @@ class ExercisePlan:
     max_points: float
     parts: tuple[tuple[str, bool], ...]
     names: tuple[str, ...]
+    answers: tuple[str, ...]
     references: tuple[str, ...]
 
 
@@ -639,6 +641,52 @@ def _used_names(source: str) -> set[str]:
     return used
 
 
+def references_in_answers(source: str, answers: tuple[str, ...], references: tuple[str, ...]) -> set[str]:
+    """The reference names a solution cell computes its answers with.
+
+    Follows what each answer is made of within the cell: the body of a function the exercise asks
+    for, the right-hand side of an assignment to an answer, an import under an answer's name, and
+    (transitively) the helpers and variables those use. A reference used only to check an answer
+    (``print(score_counts(8192, window=256))``) does not count.
+    """
+    try:
+        tree = ast.parse(_python_source(source))
+    except SyntaxError:
+        return set()
+    made_of: dict[str, set[str]] = {}  # a name bound in the cell -> the identifiers its definition uses
+
+    def identifiers(node: ast.AST) -> set[str]:
+        found = set()
+        for child in ast.walk(node):
+            if isinstance(child, ast.Name):
+                found.add(child.id)
+            elif isinstance(child, ast.Attribute):
+                found.add(child.attr)
+        return found
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            made_of.setdefault(node.name, set()).update(identifiers(node))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        made_of.setdefault(name.id, set()).update(identifiers(node.value))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                bound = (alias.asname or alias.name).split(".")[0]
+                made_of.setdefault(bound, set()).update(alias.name.split("."))
+    seen, todo = set(), list(answers)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(made_of.get(name, ()))
+    return seen & set(references)
+
+
 def _python_source(source: str) -> str:
     from IPython.core.inputtransformer2 import TransformerManager
 
@@ -659,8 +707,11 @@ def _reference_names(test_source: str, solution_source: str) -> set[str]:
             except ImportError:
                 continue
             for alias in node.names:
-                if not inspect.ismodule(getattr(module, alias.name, None)):
-                    names.add(alias.name)
+                try:
+                    importlib.import_module(f"{node.module}.{alias.name}")
+                except ImportError:
+                    if not inspect.ismodule(getattr(module, alias.name, None)):
+                        names.add(alias.name)
     return names - _used_names(solution_source)
 
 
@@ -676,6 +727,7 @@ def exercise_plans(instructor_notebook: Path) -> list[ExercisePlan]:
         plans.append(ExercisePlan(
             label=exercise.label, title=exercise.title, max_points=float(exercise.test_points or 0),
             parts=tuple(parts), names=tuple(sorted(free_names(test))),
+            answers=tuple(sorted(free_names(test) & bound_names(ast.parse(solution)))),
             references=tuple(sorted(_reference_names(test, solution)))))
     return plans
 
@@ -836,10 +888,11 @@ def _check_exercise(runner: _Runner, plan: ExercisePlan, cells: list[dict[str, A
         return ExerciseResult(plan.label, plan.title, points, plan.max_points, outcome, message)
 
     solution = next((c for c in cells if c["grade_id"] == f"{plan.label}-solution"), None)
-    used = sorted(set(plan.references) & _used_names(solution["source"])) if solution else []
+    used = sorted(references_in_answers(solution["source"], plan.answers, plan.references)) if solution else []
     if used:
-        return result(0.0, "flagged", f"your solution cell uses {', '.join(used)} from transformer_course, "
-                      "the answer this exercise asks you to write yourself; it scores 0")
+        return result(0.0, "flagged", f"your answer is computed with {', '.join(used)} from transformer_course, "
+                      "which this exercise asks you to do yourself; it scores 0 (checking your answer "
+                      "against it in a separate line is fine)")
     torch.manual_seed(0)  # the same random test inputs for every student and every run
     kernel = runner.kernel
     kernel.deadline = time.monotonic() + limits.timeout
