@@ -918,6 +918,9 @@ def _check_exercise(runner: _Runner, plan: ExercisePlan, cells: list[dict[str, A
         message = f"your code stopped the notebook's process during the tests ({gone})"
     except Exception as error:  # noqa: BLE001 (any failure of the tests is the student's to read)
         message = _describe_error(error, hidden)
+    position = next((i for i, c in enumerate(cells) if c is solution), None)
+    if runner.errors.get(position, "").startswith("NotImplementedError"):
+        return result(0.0, "failed", "not answered: the solution cell still raises NotImplementedError")
     if segment_errors:
         message += " (" + "; ".join(segment_errors)[:400] + ")"
     return result(0.0, "failed", message)
