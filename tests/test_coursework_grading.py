@@ -12,7 +12,8 @@ hostile:  cheat (edits the test cells), tamper (rewrites the gradebook), readsou
           the instructor's solutions from source/), writeout (writes outside its folder),
           patched (no-op checks, torch.testing, builtins, a custom exception handler), transform
           (an input transformer that blanks every test), printin (prints ``In`` and fakes the
-          hidden-test markers), sigint (an endless loop that ignores SIGINT), reference (imports
+          hidden-test markers), sigint (an endless loop that ignores SIGINT), slowcheck (a function
+          that loops on the hidden inputs), reference (imports
           the package function it is asked to write), probe (right on the visible test only)
 
 Every hostile student leaves exercises blank (or wrong) and must score 0 on them, without
@@ -190,6 +191,11 @@ get_ipython().input_transformers_cleanup.append(_blank_tests)
     sigint = notebooks["sigint"] = copy.deepcopy(correct)
     _cell(sigint, "dl9001-ex2-solution").source = (
         "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass")
+
+    slowcheck = notebooks["slowcheck"] = copy.deepcopy(correct)  # loops on the hidden inputs only
+    _cell(slowcheck, "dl9001-ex1-solution").source = (
+        "import torch\n\ndef my_causal_mask(t):\n    while t != 4:\n        pass\n"
+        "    return torch.ones(t, t, dtype=torch.bool).tril()")
 
     reference = notebooks["reference"] = copy.deepcopy(correct)
     _cell(reference, "dl9001-ex1-solution").source = (
@@ -371,6 +377,12 @@ def test_a_sigint_ignoring_loop_costs_only_its_exercise(graded):
     assert seconds < 4 * TIMEOUT + 30, seconds
 
 
+def test_a_function_that_hangs_on_a_hidden_test_costs_only_its_exercise(graded):
+    totals, grades, out, *_ = graded
+    assert _points(grades, "slowcheck") == {1: 0, 2: 2, 3: 1}
+    assert grades["slowcheck", "dl9001-ex1"]["result"] == "timed out"
+
+
 def test_importing_the_reference_answer_scores_zero_with_a_message(graded):
     totals, grades, out, *_ = graded
     assert _points(grades, "reference") == {1: 0, 2: 2, 3: 1}
@@ -396,6 +408,6 @@ def test_grading_refuses_without_a_working_sandbox(course, tmp_path, monkeypatch
 def test_the_run_stays_within_the_time_budget(graded):
     *_, seconds, results = graded
     times = sorted(r.seconds for r in results if r.seconds > 0)
-    assert len(times) == 17
+    assert len(times) == 18
     assert seconds < 300, seconds  # the whole run, 2 jobs
     assert times[len(times) // 2] < 20, times  # median per notebook, fixture chapter, 2 jobs
