@@ -237,6 +237,14 @@ def test_grading_needs_a_released_course(tmp_path):
         tool._config(tmp_path)
 
 
+def test_grades_and_course_stay_out_of_the_submissions(course, tmp_path):
+    (tmp_path / "submissions").mkdir()
+    with pytest.raises(tool.CourseworkError, match="--out .* lies inside"):
+        tool.grade(course, tmp_path / "submissions", tmp_path / "submissions" / "grades")
+    with pytest.raises(tool.CourseworkError, match="lies inside"):
+        tool.grade(course, course.parent, tmp_path / "grades")
+
+
 # --- every exercise has a visible self-check that catches a typical mistake ---------------------
 
 def _typical_wrong_answers() -> dict[str, str]:

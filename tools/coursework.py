@@ -319,6 +319,10 @@ def grade(course: Path, submissions: Path, out: Path, verbose: bool = False, job
     chapters = _released_chapters(course)
     if not chapters:
         raise CourseworkError(f"{course} has no released chapters; run the release command first")
+    for inside, outside, what in ((out, submissions, "--out"), (course, submissions, "--course")):
+        if inside.resolve() == outside.resolve() or outside.resolve() in inside.resolve().parents:
+            raise CourseworkError(f"{what} {inside} lies inside {outside}; keep the course, the submissions "
+                                  "and the grades in separate folders")
     found, rows = find_submissions(submissions, chapters)
     limits = Limits(timeout=timeout, memory_mb=memory_mb, sandbox="bwrap" if sandbox else "none")
     refused = sandbox_problem() if sandbox and found else None
