@@ -2,9 +2,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_course.attention import MultiHeadAttention, scaled_dot_product_attention
-from transformer_course.head_specialization import to_torch_multihead_attention
-from transformer_course.masks import causal_mask, dilated_mask, padding_mask, sliding_window_mask
+from transformer_course.nn.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer_course.nn.interop import to_torch_multihead_attention
+from transformer_course.nn.masks import causal_mask, dilated_mask, padding_mask, sliding_window_mask
 
 
 def _qkv(gen, b=2, h=3, t=7, s=7, dh=8):

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_course.checks import (
+from transformer_course.course.checks import (
     ExerciseError, check_callable, check_equal, check_mask, check_number, check_raises, check_shape,
     check_tensor)
-from transformer_course.masks import causal_mask
+from transformer_course.nn.masks import causal_mask
 
 
 def test_exercise_error_is_an_assertion_error():

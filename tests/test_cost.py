@@ -1,12 +1,12 @@
 import pytest
 import torch
 
-from transformer_course.attention import MultiHeadAttention
-from transformer_course.cost import (block_flops, count_parameters, flop_share_table, measure_flops,
+from transformer_course.nn.attention import MultiHeadAttention
+from transformer_course.measure.cost import (block_flops, count_parameters, flop_share_table, measure_flops,
                                      mha_parameters, parameter_breakdown)
-from transformer_course.feedforward import FeedForward
-from transformer_course.layers import EncoderLayer
-from transformer_course.model import Transformer
+from transformer_course.nn.feedforward import FeedForward
+from transformer_course.nn.layers import EncoderLayer
+from transformer_course.nn.model import Transformer
 
 CARD_TABLE = {64: (34.69, 65.31, "FFN"), 256: (38.46, 61.54, "FFN"), 1024: (50.00, 50.00, "Tie"),
               4096: (71.43, 28.57, "MHA")}

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from transformer_course.cost import (BLOCK_COMPONENTS, block_flops, component_share_table, crossover_length,
+from transformer_course.measure.cost import (BLOCK_COMPONENTS, block_flops, component_share_table, crossover_length,
                                      expansion_table, flop_share_table, measure_flops)
-from transformer_course.layers import EncoderLayer
+from transformer_course.nn.layers import EncoderLayer
 
 
 @pytest.mark.parametrize("d,e", [(512, 4), (768, 4), (512, 8), (100, 3), (64, 2.5)])

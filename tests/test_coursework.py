@@ -20,7 +20,7 @@ import jupytext
 import nbformat
 import pytest
 
-from transformer_course.coursework import (
+from transformer_course.course.coursework import (
     SOLUTION_MARKER_TAG, cell_source, chapter_table, exercise_table, format_problems, read_chapter,
     strip_solution_markers, student_version_leaks)
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from transformer_course.data import (BOS_ID, EOS_ID, NUM_SPECIAL, VOCAB_SIZE, apply_task, digits_to_tokens,
+from transformer_course.experiments.data import (BOS_ID, EOS_ID, NUM_SPECIAL, VOCAB_SIZE, apply_task, digits_to_tokens,
                                      is_heldout, make_batch, sample_digits, shift_right, tokens_to_text)
 
 

@@ -1,11 +1,11 @@
 import pytest
 import torch
 
-from transformer_course.dependency import (CARD_TABLE, Gemm, comparison_table, count_matmuls, dependency_path,
+from transformer_course.measure.dependency import (CARD_TABLE, Gemm, comparison_table, count_matmuls, dependency_path,
                                            depth_table, first_token_gradient_norm, gradient_table,
                                            graph_path_lengths, measured_comparison)
-from transformer_course.layers import EncoderLayer
-from transformer_course.rnn import ElmanRNN, rnn_parameters, rnn_width_for_parameters
+from transformer_course.nn.layers import EncoderLayer
+from transformer_course.nn.rnn import ElmanRNN, rnn_parameters, rnn_width_for_parameters
 
 
 def test_graph_path_lengths_on_a_small_graph():

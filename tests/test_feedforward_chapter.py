@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_course.cost import count_parameters, ffn_parameters
-from transformer_course.feedforward import PARAMETER_GROUPS, FeedForward, parameter_groups, swiglu_matched_d_ff
-from transformer_course.layers import EncoderLayer
-from transformer_course.model import Transformer
+from transformer_course.measure.cost import PARAMETER_GROUPS, count_parameters, ffn_parameters, parameter_groups
+from transformer_course.nn.feedforward import FeedForward, swiglu_matched_d_ff
+from transformer_course.nn.layers import EncoderLayer
+from transformer_course.nn.model import Transformer
 
 
 @pytest.mark.parametrize("d_model, d_ff", [(512, 2048), (64, 256), (1, 4), (768, 3072), (100, 300)])

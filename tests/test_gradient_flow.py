@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_course.gradient_flow import (SortingEncoder, compare_placements_training, gradient_norm_profile,
+from transformer_course.experiments.gradient_flow import (SortingEncoder, compare_placements_training, gradient_norm_profile,
                                               init_xavier_, layer_gradient_norms, sorting_batch)
-from transformer_course.model import Encoder
+from transformer_course.nn.model import Encoder
 
 
 def test_init_xavier_keeps_layer_norm_and_zeroes_biases():

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from transformer_course import head_specialization as hs
-from transformer_course.attention import MultiHeadAttention
-from transformer_course.masks import causal_mask
+from transformer_course.experiments import head_specialization as hs
+from transformer_course.nn.attention import MultiHeadAttention
+from transformer_course.nn.interop import to_torch_multihead_attention
+from transformer_course.nn.masks import causal_mask
 
 
 def test_batch_shapes_and_one_marker_and_digit(gen):
@@ -125,7 +126,7 @@ def test_per_head_loop_equals_module(gen, bias):
 def test_torch_copy_matches(gen, bias):
     torch.manual_seed(0)
     module = MultiHeadAttention(8, 2, bias=bias).double()
-    reference = hs.to_torch_multihead_attention(module)
+    reference = to_torch_multihead_attention(module)
     x = torch.randn(2, 4, 8, generator=gen, dtype=torch.float64)
     mask = causal_mask(4)
     out, weights = module(x, x, x, mask=mask, need_weights=True)

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from transformer_course.attention import MultiHeadAttention
-from transformer_course.kv_cache import AttentionCache, KVCache, kv_cache_bytes
-from transformer_course.masks import causal_mask
-from transformer_course.model import Transformer
+from transformer_course.nn.attention import MultiHeadAttention
+from transformer_course.nn.kv_cache import AttentionCache, KVCache, kv_cache_bytes
+from transformer_course.nn.masks import causal_mask
+from transformer_course.nn.model import Transformer
 
 
 def _model(norm_first=False):

@@ -2,13 +2,13 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_course.cost import count_parameters, decoder_layer_parameters, encoder_layer_parameters
-from transformer_course.feedforward import FeedForward
-from transformer_course.layers import DecoderLayer, EncoderLayer
-from transformer_course.masks import causal_mask, padding_mask
-from transformer_course.model import Transformer, TransformerConfig
-from transformer_course.normalization import LayerNorm
-from transformer_course.rnn import ElmanRNN
+from transformer_course.measure.cost import count_parameters, decoder_layer_parameters, encoder_layer_parameters
+from transformer_course.nn.feedforward import FeedForward
+from transformer_course.nn.layers import DecoderLayer, EncoderLayer
+from transformer_course.nn.masks import causal_mask, padding_mask
+from transformer_course.nn.model import Transformer, TransformerConfig
+from transformer_course.nn.normalization import LayerNorm
+from transformer_course.nn.rnn import ElmanRNN
 
 
 def _copy_attention(ours, ref):

@@ -1,6 +1,6 @@
 import torch
 
-from transformer_course.masks import causal_mask, dilated_mask, padding_mask, sliding_window_mask
+from transformer_course.nn.masks import causal_mask, dilated_mask, padding_mask, sliding_window_mask
 
 
 def test_causal_mask_is_lower_triangular():

@@ -8,7 +8,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import nn
 
-from transformer_course.normalization import LayerNorm, batch_norm_statistics, layer_norm_statistics, standardize
+from transformer_course.nn.normalization import LayerNorm, batch_norm_statistics, layer_norm_statistics, standardize
 from transformer_course.plotting.normalization import plot_gradient_flow, plot_norm_axes, plot_training_race
 
 

@@ -2,8 +2,8 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from transformer_course.masks import causal_mask, padding_mask
-from transformer_course.model import Transformer
+from transformer_course.nn.masks import causal_mask, padding_mask
+from transformer_course.nn.model import Transformer
 from transformer_course.plotting.architecture import (plot_attention_sources, plot_loss_curve, plot_stacks,
                                                       plot_transformer, sublayer_label)
 

@@ -2,7 +2,7 @@ import matplotlib
 import pytest
 from matplotlib.figure import Figure
 
-from transformer_course.layers import DecoderLayer, EncoderLayer
+from transformer_course.nn.layers import DecoderLayer, EncoderLayer
 from transformer_course.plotting.layer_diagram import (describe_layer, placement_formula, plot_layer,
                                                       plot_layer_placement, sublayers)
 from transformer_course.plotting.style import new_figure

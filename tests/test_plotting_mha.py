@@ -6,7 +6,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from transformer_course.attention import MultiHeadAttention
+from transformer_course.nn.attention import MultiHeadAttention
 from transformer_course.plotting.mha import (mha_pipeline_labels, plot_head_maps, plot_mha_pipeline,
                                              plot_relation_scores)
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from transformer_course.masks import dilated_mask, sliding_window_mask
+from transformer_course.nn.masks import dilated_mask, sliding_window_mask
 from transformer_course.plotting.sparse_attention import plot_attention_cost, plot_masks, plot_receptive_field
 
 

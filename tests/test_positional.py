@@ -2,8 +2,8 @@ import math
 
 import torch
 
-from transformer_course.attention import scaled_dot_product_attention
-from transformer_course.positional import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding, alibi_bias,
+from transformer_course.nn.attention import scaled_dot_product_attention
+from transformer_course.nn.positional import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding, alibi_bias,
                                            rotary_embedding, sinusoidal_encoding, wavelengths)
 
 

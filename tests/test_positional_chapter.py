@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from transformer_course.attention import MultiHeadAttention
-from transformer_course.positional import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding,
+from transformer_course.nn.attention import MultiHeadAttention
+from transformer_course.nn.positional import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding,
                                            position_similarity, relative_rotation, sinusoidal_encoding)
 
 

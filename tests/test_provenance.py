@@ -1,4 +1,4 @@
-"""transformer_course.provenance: figures and tables found in notebooks, each traced to its function."""
+"""transformer_course.course.provenance: figures and tables found in notebooks, each traced to its function."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_course import provenance
-from transformer_course.provenance import (
+from transformer_course.course import provenance
+from transformer_course.course.provenance import (
     Exhibit,
     course_exhibits,
     defining_name,
@@ -41,26 +41,26 @@ def _write(tmp_path: Path, stem: str, cells) -> Path:
 
 def test_package_imports_maps_local_names_to_dotted_paths():
     names = package_imports([
-        "import torch\nfrom transformer_course.masks import causal_mask, padding_mask as pm",
-        "import transformer_course.cost as cost\nimport transformer_course.plotting.style",
-        "from transformer_course import attention\nfrom .local import x\nfrom numpy import *",
-        "%matplotlib inline\n!pip list\nfrom transformer_course.positional import sinusoidal_encoding",
+        "import torch\nfrom transformer_course.nn.masks import causal_mask, padding_mask as pm",
+        "import transformer_course.measure.cost as cost\nimport transformer_course.plotting.style",
+        "from transformer_course.nn import attention\nfrom .local import x\nfrom numpy import *",
+        "%matplotlib inline\n!pip list\nfrom transformer_course.nn.positional import sinusoidal_encoding",
     ])
     assert names == {
-        "causal_mask": "transformer_course.masks.causal_mask",
-        "pm": "transformer_course.masks.padding_mask",
-        "cost": "transformer_course.cost",
+        "causal_mask": "transformer_course.nn.masks.causal_mask",
+        "pm": "transformer_course.nn.masks.padding_mask",
+        "cost": "transformer_course.measure.cost",
         "transformer_course": "transformer_course",
-        "attention": "transformer_course.attention",
-        "sinusoidal_encoding": "transformer_course.positional.sinusoidal_encoding",
+        "attention": "transformer_course.nn.attention",
+        "sinusoidal_encoding": "transformer_course.nn.positional.sinusoidal_encoding",
     }
 
 
 IMPORTS = {
     "plot_pe": "transformer_course.plotting.positional.plot_pe",
-    "sinusoidal": "transformer_course.positional.sinusoidal",
-    "flop_table": "transformer_course.cost.flop_table",
-    "cost": "transformer_course.cost",
+    "sinusoidal": "transformer_course.nn.positional.sinusoidal",
+    "flop_table": "transformer_course.measure.cost.flop_table",
+    "cost": "transformer_course.measure.cost",
     "tc": "transformer_course",
 }
 
@@ -71,13 +71,13 @@ IMPORTS = {
     # The call as the last expression.
     ("plot_pe(sinusoidal(64, 32))", "transformer_course.plotting.positional.plot_pe"),
     # A method chain on a package result: the receiver's maker.
-    ("table = flop_table(d_model=512).round(2)\ntable", "transformer_course.cost.flop_table"),
-    ("flop_table(d_model=512).style.format(precision=2)", "transformer_course.cost.flop_table"),
+    ("table = flop_table(d_model=512).round(2)\ntable", "transformer_course.measure.cost.flop_table"),
+    ("flop_table(d_model=512).style.format(precision=2)", "transformer_course.measure.cost.flop_table"),
     # Module attributes, aliased and nested.
-    ("cost.flop_table(d_model=512)", "transformer_course.cost.flop_table"),
+    ("cost.flop_table(d_model=512)", "transformer_course.measure.cost.flop_table"),
     ("tc.plotting.positional.plot_pe(x)", "transformer_course.plotting.positional.plot_pe"),
     # A subscript of a package result.
-    ("flop_table(d_model=512)[['mha', 'ffn']]", "transformer_course.cost.flop_table"),
+    ("flop_table(d_model=512)[['mha', 'ffn']]", "transformer_course.measure.cost.flop_table"),
     # No expression at the end: the last plotting call wins over other package calls.
     ("pe = sinusoidal(64, 32)\nfig = plot_pe(pe)\ndisplay(fig)",
      "transformer_course.plotting.positional.plot_pe"),
@@ -99,19 +99,19 @@ def test_find_maker_follows_a_name_assigned_in_an_earlier_cell():
 
 
 def test_defining_name_resolves_real_functions_and_keeps_unknown_ones():
-    assert defining_name("transformer_course.masks.causal_mask") == "transformer_course.masks.causal_mask"
+    assert defining_name("transformer_course.nn.masks.causal_mask") == "transformer_course.nn.masks.causal_mask"
     # A name re-exported elsewhere resolves to where it is defined.
-    assert defining_name("transformer_course.notebook.use_course_style") == \
+    assert defining_name("transformer_course.course.notebook.use_course_style") == \
         "transformer_course.plotting.style.use_course_style"
-    assert defining_name("transformer_course.masks.no_such_function") == "transformer_course.masks.no_such_function"
+    assert defining_name("transformer_course.nn.masks.no_such_function") == "transformer_course.nn.masks.no_such_function"
     assert defining_name("transformer_course.no_such_module.f") == "transformer_course.no_such_module.f"
 
 
 def test_notebook_exhibits_reads_figures_and_tables_in_order(tmp_path):
     path = _write(tmp_path, "dl9999_demo", [
         nbformat.v4.new_markdown_cell("# DL9999 · A demo chapter\n\nText."),
-        nbformat.v4.new_code_cell("from transformer_course.notebook import setup_notebook\n"
-                                  "from transformer_course.masks import causal_mask\n"
+        nbformat.v4.new_code_cell("from transformer_course.course.notebook import setup_notebook\n"
+                                  "from transformer_course.nn.masks import causal_mask\n"
                                   "from transformer_course.plotting.style import new_figure"),
         _figure("fig = new_figure()\nfig", "Figure 1: An empty figure.", name="fig-dl9999-empty"),
         nbformat.v4.new_code_cell("causal_mask(3)"),  # neither caption nor tag: not an exhibit
@@ -122,8 +122,8 @@ def test_notebook_exhibits_reads_figures_and_tables_in_order(tmp_path):
     found = notebook_exhibits(path)
     assert [(e.kind, e.number, e.name, e.function) for e in found] == [
         ("figure", "1", "fig-dl9999-empty", "transformer_course.plotting.style.new_figure"),
-        ("table", "1", "tbl-dl9999-mask", "transformer_course.masks.causal_mask"),
-        ("table", "", None, "transformer_course.masks.causal_mask"),
+        ("table", "1", "tbl-dl9999-mask", "transformer_course.nn.masks.causal_mask"),
+        ("table", "", None, "transformer_course.nn.masks.causal_mask"),
         ("figure", "2b", None, None),
     ]
     first = found[0]

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from transformer_course.masks import causal_mask, dilated_mask, sliding_window_mask
-from transformer_course.receptive_field import (
+from transformer_course.nn.masks import causal_mask, dilated_mask, sliding_window_mask
+from transformer_course.measure.receptive_field import (
     bool_matmul,
     coverage_gaps,
     dilation_schedule_masks,

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from transformer_course.data import EOS_ID, VOCAB_SIZE, make_batch
-from transformer_course.model import Transformer
-from transformer_course.seq2seq import (encoder_decoder_table, exact_match, heldout_exact_match, init_embeddings_,
+from transformer_course.experiments.data import EOS_ID, VOCAB_SIZE, make_batch
+from transformer_course.nn.model import Transformer
+from transformer_course.experiments.seq2seq import (encoder_decoder_table, exact_match, heldout_exact_match, init_embeddings_,
                                         layer_norms, reads_memory, sees_future, seq2seq_loss, sublayers,
                                         toy_transformer, train_seq2seq)
 

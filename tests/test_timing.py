@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from transformer_course.cost import BLOCK_COMPONENTS, block_flops
-from transformer_course.layers import EncoderLayer
-from transformer_course.rnn import ElmanRNN
-from transformer_course.timing import (forward_time_table, interleaved_median_times, median_time, threads,
+from transformer_course.measure.cost import BLOCK_COMPONENTS, block_flops
+from transformer_course.nn.layers import EncoderLayer
+from transformer_course.nn.rnn import ElmanRNN
+from transformer_course.measure.timing import (forward_time_table, interleaved_median_times, median_time, threads,
                                        time_block_components)
 
 

@@ -55,7 +55,7 @@ CONFIG_TEMPLATE = Path(__file__).resolve().parent / "nbgrader_config.py"
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$")
 
 sys.path.insert(0, str(ROOT / "src"))  # the tool also works before `pip install -e .`
-from transformer_course.coursework import (  # noqa: E402
+from transformer_course.course.coursework import (  # noqa: E402
     format_problems, read_chapter, strip_solution_markers, student_version_leaks)
 
 

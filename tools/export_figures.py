@@ -3,7 +3,7 @@
     python tools/export_figures.py --out exports/                 # every chapter in _toc.yml
     python tools/export_figures.py --out exports/ chapters/dl0030_positional_encoding.ipynb
 
-Each chapter that has captioned figures or tables (see ``transformer_course.provenance``) is
+Each chapter that has captioned figures or tables (see ``transformer_course.course.provenance``) is
 executed top to bottom in a fresh kernel, as the site build does, with chapters/ as the working
 directory; right after each figure or table cell, the object that cell displayed (the
 ``matplotlib`` ``Figure`` or the ``pandas`` ``DataFrame``) is saved:
@@ -32,7 +32,7 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))  # the provenance parser, even without an installed package
 
-from transformer_course.provenance import Exhibit, course_notebooks, notebook_exhibits  # noqa: E402
+from transformer_course.course.provenance import Exhibit, course_notebooks, notebook_exhibits  # noqa: E402
 
 PNG_DPI = 200  # sharper than the site's 100 dpi, for slides
 

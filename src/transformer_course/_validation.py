@@ -16,6 +16,13 @@ def check_int(name: str, value: object, minimum: int | None = None) -> int:
     return int(value)
 
 
+def check_bool(name: str, value: object) -> bool:
+    """Return ``value`` if it is a bool, else raise (an int 0/1 is refused: it hides a typo)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r})")
+    return value
+
+
 def check_probability(name: str, value: object) -> float:
     """Return ``value`` if it is a real number in [0, 1), else raise (used for dropout rates)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

@@ -20,16 +20,16 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
-from ..layers import DecoderLayer, EncoderLayer
-from ..model import Transformer
-from ..seq2seq import layer_norms, sees_future, sublayers
+from transformer_course.nn.layers import DecoderLayer, EncoderLayer
+from transformer_course.nn.model import Transformer
+from transformer_course.experiments.seq2seq import layer_norms, sees_future, sublayers
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 
 
 def _check_model(model: object) -> Transformer:
     if not isinstance(model, Transformer):
-        raise TypeError(f"model must be a transformer_course.model.Transformer, got {type(model).__name__}")
+        raise TypeError(f"model must be a transformer_course.nn.model.Transformer, got {type(model).__name__}")
     return model
 
 

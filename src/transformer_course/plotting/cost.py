@@ -1,6 +1,6 @@
 """Figures of the computation chapter (DL0033): where a block's FLOPs (and its time) go.
 
-The functions take the DataFrames of ``transformer_course.cost`` and ``transformer_course.timing``.
+The functions take the DataFrames of ``transformer_course.measure.cost`` and ``transformer_course.measure.timing``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..cost import BLOCK_COMPONENTS
+from transformer_course.measure.cost import BLOCK_COMPONENTS
 from .style import PALETTE, new_figure
 
 COMPONENT_LABELS = {

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
-from .._validation import check_tensor
-from ..feedforward import FeedForward
+from transformer_course._validation import check_tensor
+from transformer_course.nn.feedforward import FeedForward
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 

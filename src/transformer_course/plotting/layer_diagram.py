@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Circle, FancyBboxPatch
 from torch import nn
 
-from ..layers import DecoderLayer, EncoderLayer
+from transformer_course.nn.layers import DecoderLayer, EncoderLayer
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 

@@ -15,8 +15,8 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from .._validation import check_int, check_tensor
-from ..attention import MultiHeadAttention
+from transformer_course._validation import check_int, check_tensor
+from transformer_course.nn.attention import MultiHeadAttention
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 

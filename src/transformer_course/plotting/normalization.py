@@ -3,7 +3,7 @@
 ``plot_norm_axes`` shows a small batch of token vectors before and after LayerNorm (every row
 standardized across its own features) beside BatchNorm (every column standardized across the
 batch), with the mean and standard deviation of every row and column printed at the margins.
-``plot_gradient_flow`` and ``plot_training_race`` draw the tables of ``transformer_course.gradient_flow``.
+``plot_gradient_flow`` and ``plot_training_race`` draw the tables of ``transformer_course.experiments.gradient_flow``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .._validation import check_tensor
-from ..normalization import batch_norm_statistics, layer_norm_statistics, standardize
+from transformer_course._validation import check_tensor
+from transformer_course.nn.normalization import batch_norm_statistics, layer_norm_statistics, standardize
 from .style import PALETTE, new_figure
 
 _POST, _PRE = PALETTE["output"], PALETTE["projection"]

@@ -1,6 +1,6 @@
 """Figures of positional information: the sinusoidal matrix, its waves, similarities, ALiBi biases.
 
-Every function takes data (tensors made by ``transformer_course.positional``) and returns a
+Every function takes data (tensors made by ``transformer_course.nn.positional``) and returns a
 ``Figure`` built with ``new_figure``; nothing is shown and no global state changes.
 """
 
@@ -11,7 +11,7 @@ from typing import Sequence
 import torch
 from matplotlib.figure import Figure
 
-from .._validation import check_tensor
+from transformer_course._validation import check_tensor
 from .style import PALETTE, new_figure
 
 

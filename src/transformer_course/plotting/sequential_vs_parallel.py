@@ -2,7 +2,7 @@
 
 ``plot_rnn_vs_transformer`` reads what it draws off the module instances (widths, heads, the
 sub-layers of the block and their order); the curves are drawn from the tables of
-``transformer_course.dependency``.
+``transformer_course.measure.dependency``.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from torch import nn
 
-from .._validation import check_int
-from ..attention import MultiHeadAttention
-from ..feedforward import FeedForward
-from ..normalization import LayerNorm
+from transformer_course._validation import check_int
+from transformer_course.nn.attention import MultiHeadAttention
+from transformer_course.nn.feedforward import FeedForward
+from transformer_course.nn.normalization import LayerNorm
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 

@@ -79,7 +79,7 @@ def plot_attention_cost(counts: pd.DataFrame, measured: pd.DataFrame | None = No
     Args:
         counts: indexed by T, columns ``dense`` and ``sparse`` (number of scores).
         measured: optional, indexed by T, columns ``dense_ms``, ``sparse_ms``, ``dense_MiB``,
-            ``sparse_MiB`` (as returned by :func:`~transformer_course.memory.measure_attention`).
+            ``sparse_MiB`` (as returned by :func:`~transformer_course.measure.memory.measure_attention`).
         highlight: a T of ``counts`` to annotate with both counts and their ratio.
         sparse_label: legend name of the sparse pattern.
 

@@ -12,12 +12,14 @@ Two paths compute the same thing:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_int, check_probability, check_tensor
+from transformer_course._validation import check_int, check_probability, check_tensor
 from .kv_cache import AttentionCache
 from .masks import validate_mask
 
@@ -155,7 +157,7 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attend from ``query`` (B, T, D) to ``key``/``value`` (B, S, D); see the class docstring.
 
-        With a ``cache`` (see ``transformer_course.kv_cache``), ``key``/``value`` hold only the new
+        With a ``cache`` (see ``transformer_course.nn.kv_cache``), ``key``/``value`` hold only the new
         positions: their keys and values are appended to the cached ones (self-attention), or a
         filled static cache is reused without projecting again (cross-attention); the mask must
         then broadcast to (B, H, T, S_cached + S_new).
@@ -178,3 +180,21 @@ class MultiHeadAttention(nn.Module):
             heads = F.dropout(weights, dropout) @ v  # (B, H, T, Dh)
         out = self.out_proj(self.merge_heads(heads))  # (B, T, D)
         return (out, weights) if need_weights else out
+
+
+@contextmanager
+def hand_written_attention(module: nn.Module) -> Iterator[nn.Module]:
+    """Temporarily route every ``MultiHeadAttention`` in ``module`` through the hand-written path.
+
+    On CPU ``FlopCounterMode`` counts nothing inside the fused
+    ``F.scaled_dot_product_attention`` kernel, so FLOP measurements use the explicit matmuls.
+    """
+    attention = [m for m in module.modules() if isinstance(m, MultiHeadAttention)]
+    previous = [m.fused for m in attention]
+    for m in attention:
+        m.fused = False
+    try:
+        yield module
+    finally:
+        for m, fused in zip(attention, previous):
+            m.fused = fused

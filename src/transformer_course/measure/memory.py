@@ -18,8 +18,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ._validation import check_int
-from .attention import scaled_dot_product_attention
+from transformer_course._validation import check_int
+from transformer_course.nn.attention import scaled_dot_product_attention
 from .timing import fastest_seconds
 
 
@@ -94,7 +94,7 @@ def measure_attention(lengths: Sequence[int], sparse: Callable[..., torch.Tensor
                       time_it: bool = True) -> pd.DataFrame:
     """Time and measure a sparse attention ``sparse(q, k, v)`` against dense masked attention.
 
-    The dense reference is the package's :func:`~transformer_course.attention.scaled_dot_product_attention`
+    The dense reference is the package's :func:`~transformer_course.nn.attention.scaled_dot_product_attention`
     with ``mask_fn(T)`` (its (T, T) mask built inside the measured call, as a dense model would).
     Both run on the same random q, k, v of shape (1, T, Dh).
 

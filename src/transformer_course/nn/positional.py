@@ -10,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from ._validation import check_int, check_positive_float, check_probability, check_tensor
+from transformer_course._validation import check_int, check_positive_float, check_probability, check_tensor
 
 
 def sinusoidal_encoding(num_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:

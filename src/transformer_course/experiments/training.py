@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from ._validation import check_int, check_positive_float
+from transformer_course._validation import check_int, check_positive_float
 
 Batch = tuple[torch.Tensor, ...]
 

@@ -3,7 +3,7 @@
 Shape legend: ... any leading batch/head dims (B, H), T sequence length (queries = keys),
 Dh head width, Dv value width, nb number of blocks, b block size, L keys per block window.
 
-Each function here equals dense attention with the matching mask of :mod:`transformer_course.masks`
+Each function here equals dense attention with the matching mask of :mod:`transformer_course.nn.masks`
 (the tests check it in float64), but computes only the scores the mask keeps:
 
 * :func:`sliding_window_attention` cuts the sequence into query blocks of ``b`` positions and
@@ -13,8 +13,8 @@ Each function here equals dense attention with the matching mask of :mod:`transf
   ``r, r + d, r + 2d, ...`` and runs full attention inside each: ``d * (T / d)^2 = T^2 / d`` scores.
 * :func:`dilated_sliding_window_attention` does both (Longformer's dilated window).
 
-Measuring what these calls allocate and how long they take lives in :mod:`transformer_course.memory`
-and :mod:`transformer_course.timing`.
+Measuring what these calls allocate and how long they take lives in :mod:`transformer_course.measure.memory`
+and :mod:`transformer_course.measure.timing`.
 """
 
 from __future__ import annotations
@@ -26,15 +26,13 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from ._validation import check_int
+from transformer_course._validation import check_bool, check_int
 from .attention import _check_qkv, scaled_dot_product_attention
-from .masks import causal_mask, dilated_mask, sliding_window_mask
+from .masks import band_limits, causal_mask
 
 __all__ = [
-    "band_limits",
     "dilated_attention",
     "dilated_sliding_window_attention",
-    "dilated_sliding_window_mask",
     "score_counts",
     "sliding_window_attention",
 ]
@@ -52,32 +50,6 @@ def _check_self_attention(q: object, k: object, v: object) -> int:
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     return q.shape[-2]
-
-
-def _check_causal(causal: object) -> bool:
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__} ({causal!r})")
-    return causal
-
-
-def band_limits(window: int, causal: bool = False) -> tuple[int, int]:
-    """The band of :func:`~transformer_course.masks.sliding_window_mask` as (behind, ahead).
-
-    Query i sees keys j with ``i - behind <= j <= i + ahead``: (w // 2, w // 2) for the symmetric
-    window, (w - 1, 0) for the causal one.
-
-    Args:
-        window: window width w >= 1.
-        causal: whether the window only looks back.
-
-    Returns:
-        (behind, ahead): how many keys before and after the query the band reaches.
-
-    Raises:
-        TypeError, ValueError: if ``window`` is not an int >= 1 or ``causal`` not a bool.
-    """
-    window = check_int("window", window, minimum=1)
-    return (window - 1, 0) if _check_causal(causal) else (window // 2, window // 2)
 
 
 def score_counts(t: int, window: int | None = None, dilation: int | None = None,
@@ -104,7 +76,7 @@ def score_counts(t: int, window: int | None = None, dilation: int | None = None,
         TypeError, ValueError: on non-int or non-positive arguments, or if neither pattern is given.
     """
     t = check_int("t", t, minimum=1)
-    _check_causal(causal)
+    check_bool("causal", causal)
     if window is None and dilation is None:
         raise ValueError("score_counts needs a window, a dilation or both, got neither")
     d = 1 if dilation is None else check_int("dilation", dilation, minimum=1)
@@ -310,43 +282,13 @@ def dilated_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dilatio
     """
     _check_self_attention(q, k, v)
     dilation = check_int("dilation", dilation, minimum=1)
-    causal = _check_causal(causal)
+    causal = check_bool("causal", causal)
     return _per_class(q, k, v, dilation, lambda qc, kc, vc: _full_attention(qc, kc, vc, causal))
-
-
-def dilated_sliding_window_mask(t: int, window: int, dilation: int, causal: bool = False,
-                                device: torch.device | str | None = None) -> torch.Tensor:
-    """Dilated window M[i, j] = ((i - j) mod d == 0) and |i - j| <= d * (w // 2).
-
-    The window of :func:`~transformer_course.masks.sliding_window_mask` with gaps of d - 1 between
-    attended keys: the same number of keys reaches d times as far. Causal: (i - j) mod d == 0 and
-    0 <= i - j <= d (w - 1). ``dilation=1`` is the plain window.
-
-    Args:
-        t: sequence length T >= 1.
-        window: keys per query w >= 1 (counting the query itself).
-        dilation: gap d >= 1 between attended keys.
-        causal: if True, only look back.
-        device: where to build the mask.
-
-    Returns:
-        (T, T) bool tensor, True = may attend.
-
-    Raises:
-        TypeError, ValueError: if an argument is not an int >= 1 (``causal``: not a bool).
-
-    Beltagy et al., 2020, "Longformer", section 3.1 (dilated sliding window).
-    """
-    t = check_int("t", t, minimum=1)
-    dilation = check_int("dilation", dilation, minimum=1)
-    behind, ahead = band_limits(window, causal)
-    offset = torch.arange(t, device=device).unsqueeze(1) - torch.arange(t, device=device)  # (T, T) i - j
-    return (offset.remainder(dilation) == 0) & (offset <= behind * dilation) & (offset >= -ahead * dilation)
 
 
 def dilated_sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
                                      dilation: int, causal: bool = False) -> torch.Tensor:
-    """Attention under :func:`dilated_sliding_window_mask`: a sliding window inside each residue class.
+    """Attention under :func:`~transformer_course.nn.masks.dilated_sliding_window_mask`: a sliding window inside each residue class.
 
     Positions i and j = i - k d of one class mod d are k apart inside the class, so the dilated
     window is an ordinary window of width w on each regrouped subsequence: O(T w) scores, reaching
@@ -373,11 +315,3 @@ def dilated_sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.
     behind, ahead = band_limits(window, causal)
     block = _default_block(behind, ahead)
     return _per_class(q, k, v, dilation, lambda qc, kc, vc: _banded_attention(qc, kc, vc, behind, ahead, block))
-
-
-# The masks each function implements, for tests and chapters that want to compare against dense.
-MASK_OF = {
-    "sliding_window_attention": sliding_window_mask,
-    "dilated_attention": dilated_mask,
-    "dilated_sliding_window_attention": dilated_sliding_window_mask,
-}

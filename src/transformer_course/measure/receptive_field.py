@@ -20,9 +20,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ._validation import check_int
-from .efficient_attention import dilated_sliding_window_mask
-from .masks import dilated_mask, sliding_window_mask
+from transformer_course._validation import check_int
+from transformer_course.nn.masks import dilated_mask, dilated_sliding_window_mask, sliding_window_mask
 
 __all__ = [
     "bool_matmul",
@@ -182,9 +181,9 @@ def dilation_schedule_masks(t: int, dilations: Sequence[int], window: int | None
         t: sequence length T.
         dilations: the dilation of each layer, first layer first.
         window: if given, each layer is a dilated sliding window of ``window`` keys
-            (:func:`~transformer_course.efficient_attention.dilated_sliding_window_mask`, Longformer,
+            (:func:`~transformer_course.nn.masks.dilated_sliding_window_mask`, Longformer,
             like a dilated convolution of kernel ``window``); if None the plain dilated mask
-            (:func:`~transformer_course.masks.dilated_mask`, every d-th key of the whole sequence).
+            (:func:`~transformer_course.nn.masks.dilated_mask`, every d-th key of the whole sequence).
         causal: causal variant of the masks.
 
     Returns:

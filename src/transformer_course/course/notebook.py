@@ -12,14 +12,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import __version__
-from ._validation import check_int
-from .plotting.style import use_course_style
-
-
-def in_colab() -> bool:
-    """True when running inside Google Colab."""
-    return "google.colab" in sys.modules
+from transformer_course import __version__
+from transformer_course._validation import check_int
+from transformer_course.plotting.style import use_course_style
 
 
 def seed_everything(seed: int = 0) -> None:

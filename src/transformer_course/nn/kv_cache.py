@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import check_int
+from transformer_course._validation import check_int
 
 
 class AttentionCache:

@@ -5,12 +5,11 @@ Shape legend: B batch, T length, D = d_model, F = d_ff.
 
 from __future__ import annotations
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_choice, check_int, check_probability, check_tensor
+from transformer_course._validation import check_choice, check_int, check_probability, check_tensor
 
 ACTIVATIONS = ("relu", "gelu", "swiglu")
 
@@ -79,49 +78,3 @@ def swiglu_matched_d_ff(d_model: int, d_ff: int) -> int:
     d_model = check_int("d_model", d_model, minimum=1)
     d_ff = check_int("d_ff", d_ff, minimum=1)
     return max(1, round(d_ff * (2 * d_model + 1) / (3 * d_model + 2)))
-
-
-PARAMETER_GROUPS = ("feed-forward networks", "attention", "layer norms", "embeddings and output")
-
-
-def parameter_groups(model: nn.Module) -> pd.DataFrame:
-    """Parameters of ``model`` grouped by the kind of module that owns them, read off the module tree.
-
-    Every ``FeedForward`` counts as "feed-forward networks", every ``MultiHeadAttention`` as
-    "attention", every LayerNorm (the course's or ``nn.LayerNorm``) as "layer norms"; the rest
-    (token embeddings, the output projection) as "embeddings and output". A tensor shared by
-    several modules (tied embeddings) is counted once, so the rows add up to the model's total.
-
-    Args:
-        model: any module, e.g. ``Transformer(...)`` (the meta device works: only shapes are read).
-
-    Returns:
-        DataFrame indexed by "group" (``PARAMETER_GROUPS``) with columns "parameters",
-        "share (%)" of all parameters and "share without embeddings (%)" (NaN on the embeddings row).
-
-    Raises:
-        TypeError: if ``model`` is not an ``nn.Module``.
-    """
-    from .attention import MultiHeadAttention
-    from .normalization import LayerNorm
-
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    kinds = ((FeedForward, PARAMETER_GROUPS[0]), (MultiHeadAttention, PARAMETER_GROUPS[1]),
-             ((LayerNorm, nn.LayerNorm), PARAMETER_GROUPS[2]))
-    owner: dict[int, str] = {}
-    for module in model.modules():
-        for kind, group in kinds:
-            if isinstance(module, kind):
-                for parameter in module.parameters():
-                    owner.setdefault(id(parameter), group)
-    counts = dict.fromkeys(PARAMETER_GROUPS, 0)
-    for parameter in model.parameters():  # each distinct tensor once
-        counts[owner.get(id(parameter), PARAMETER_GROUPS[3])] += parameter.numel()
-    frame = pd.DataFrame({"parameters": counts}).rename_axis("group")
-    total = frame["parameters"].sum()
-    frame["share (%)"] = 100 * frame["parameters"] / total
-    without = total - counts[PARAMETER_GROUPS[3]]
-    frame["share without embeddings (%)"] = (100 * frame["parameters"] / without).where(
-        frame.index != PARAMETER_GROUPS[3])
-    return frame

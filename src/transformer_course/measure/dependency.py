@@ -27,8 +27,9 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from ._validation import check_int, check_tensor
-from .cost import count_parameters, hand_written_attention
+from transformer_course._validation import check_int, check_tensor
+from transformer_course.nn.attention import hand_written_attention
+from .cost import count_parameters
 
 
 class PathLengths(NamedTuple):

@@ -39,7 +39,6 @@ LEAK_PATTERNS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HI
 _EXERCISE_FENCE = re.compile(r"^(`{3,}|:{3,})\{exercise\}[ \t]*(?P<title>.*)$", re.MULTILINE)
 _LABEL = re.compile(r"^:label:[ \t]*(?P<label>\S+)[ \t]*$", re.MULTILINE)
 _HEADER = re.compile(r"\*\*(?P<points>\d+)\s+points?\s+·\s+objectives?\s+(?P<objectives>\d+(?:\s*(?:,|and)\s*\d+)*)\.\*\*")
-_LABEL_FORMAT = re.compile(r"^dl(?P<chapter>\d{4})-ex(?P<number>\d+)$")
 _OBJECTIVE = re.compile(r"^(?P<number>\d+)\.\s+(?P<text>.+)$")
 _STUDY_TIME = re.compile(r"\*\*Estimated study time:?\*\*:?\s*(?P<time>.+)")
 
@@ -242,10 +241,10 @@ def _exercise_cell_problems(chapter: Chapter, exercise: Exercise) -> list[str]:
     source = cell_source(tests)
     if "### BEGIN HIDDEN TESTS" not in source or "### END HIDDEN TESTS" not in source:
         problems.append(f"{where}: the test cell must contain ### BEGIN HIDDEN TESTS / ### END HIDDEN TESTS")
-    if "transformer_course.checks" not in source:
-        problems.append(f"{where}: the test cell must give feedback through transformer_course.checks")
+    if "transformer_course.course.checks" not in source:
+        problems.append(f"{where}: the test cell must give feedback through transformer_course.course.checks")
     if re.search(r"^\s*assert\b", source, re.MULTILINE):
-        problems.append(f"{where}: the test cell uses a bare assert; use transformer_course.checks")
+        problems.append(f"{where}: the test cell uses a bare assert; use transformer_course.course.checks")
     return problems
 
 

@@ -21,19 +21,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_choice, check_int, check_tensor
-from .attention import MultiHeadAttention
+from transformer_course._validation import check_choice, check_int, check_tensor
+from transformer_course.nn.attention import MultiHeadAttention
 from .data import BOS_ID, EOS_ID, PAD_ID, TASKS, VOCAB_SIZE, make_batch
-from .feedforward import FeedForward
-from .layers import DecoderLayer, EncoderLayer
-from .model import Transformer
-from .normalization import LayerNorm
+from transformer_course.nn.feedforward import FeedForward
+from transformer_course.nn.layers import DecoderLayer, EncoderLayer
+from transformer_course.nn.model import Transformer
+from transformer_course.nn.normalization import LayerNorm
 from .training import fit
 
 
 def _check_model(model: object) -> Transformer:
     if not isinstance(model, Transformer):
-        raise TypeError(f"model must be a transformer_course.model.Transformer, got {type(model).__name__}")
+        raise TypeError(f"model must be a transformer_course.nn.model.Transformer, got {type(model).__name__}")
     return model
 
 

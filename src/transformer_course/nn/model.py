@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._validation import check_int, check_probability, check_tensor
+from transformer_course._validation import check_int, check_probability, check_tensor
 from .kv_cache import KVCache
 from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask

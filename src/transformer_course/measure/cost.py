@@ -14,16 +14,17 @@ Per block of width d, sequence length n and FFN expansion e (d_ff = e * d):
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import pandas as pd
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ._validation import check_int, check_positive_float
-from .attention import MultiHeadAttention
+from transformer_course._validation import check_int, check_positive_float
+from transformer_course.nn.attention import MultiHeadAttention, hand_written_attention
+from transformer_course.nn.feedforward import FeedForward
+from transformer_course.nn.normalization import LayerNorm
 
 SOFTMAX_OPS_PER_SCORE = 5
 
@@ -142,24 +143,6 @@ def decoder_layer_parameters(d_model: int, d_ff: int, activation: str = "relu") 
             + 3 * layer_norm_parameters(d_model))
 
 
-@contextmanager
-def hand_written_attention(module: nn.Module) -> Iterator[nn.Module]:
-    """Temporarily route every ``MultiHeadAttention`` in ``module`` through the hand-written path.
-
-    On CPU ``FlopCounterMode`` counts nothing inside the fused
-    ``F.scaled_dot_product_attention`` kernel, so FLOP measurements use the explicit matmuls.
-    """
-    attention = [m for m in module.modules() if isinstance(m, MultiHeadAttention)]
-    previous = [m.fused for m in attention]
-    for m in attention:
-        m.fused = False
-    try:
-        yield module
-    finally:
-        for m, fused in zip(attention, previous):
-            m.fused = fused
-
-
 def measure_flops(module: nn.Module, *inputs: Any, **kwargs: Any) -> int:
     """Total FLOPs of ``module(*inputs, **kwargs)`` counted by ``FlopCounterMode`` (matrix products)."""
     if not isinstance(module, nn.Module):
@@ -247,3 +230,46 @@ def expansion_table(n: int = 64, d: int = 512, expansions: tuple[float, ...] = (
         row["largest"] = " = ".join(c for c in BLOCK_COMPONENTS if parts[c] == most)  # ties named together
         rows.append(row)
     return pd.DataFrame(rows, index=pd.Index(expansions, name="expansion"))
+
+
+PARAMETER_GROUPS = ("feed-forward networks", "attention", "layer norms", "embeddings and output")
+
+
+def parameter_groups(model: nn.Module) -> pd.DataFrame:
+    """Parameters of ``model`` grouped by the kind of module that owns them, read off the module tree.
+
+    Every ``FeedForward`` counts as "feed-forward networks", every ``MultiHeadAttention`` as
+    "attention", every LayerNorm (the course's or ``nn.LayerNorm``) as "layer norms"; the rest
+    (token embeddings, the output projection) as "embeddings and output". A tensor shared by
+    several modules (tied embeddings) is counted once, so the rows add up to the model's total.
+
+    Args:
+        model: any module, e.g. ``Transformer(...)`` (the meta device works: only shapes are read).
+
+    Returns:
+        DataFrame indexed by "group" (``PARAMETER_GROUPS``) with columns "parameters",
+        "share (%)" of all parameters and "share without embeddings (%)" (NaN on the embeddings row).
+
+    Raises:
+        TypeError: if ``model`` is not an ``nn.Module``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    kinds = ((FeedForward, PARAMETER_GROUPS[0]), (MultiHeadAttention, PARAMETER_GROUPS[1]),
+             ((LayerNorm, nn.LayerNorm), PARAMETER_GROUPS[2]))
+    owner: dict[int, str] = {}
+    for module in model.modules():
+        for kind, group in kinds:
+            if isinstance(module, kind):
+                for parameter in module.parameters():
+                    owner.setdefault(id(parameter), group)
+    counts = dict.fromkeys(PARAMETER_GROUPS, 0)
+    for parameter in model.parameters():  # each distinct tensor once
+        counts[owner.get(id(parameter), PARAMETER_GROUPS[3])] += parameter.numel()
+    frame = pd.DataFrame({"parameters": counts}).rename_axis("group")
+    total = frame["parameters"].sum()
+    frame["share (%)"] = 100 * frame["parameters"] / total
+    without = total - counts[PARAMETER_GROUPS[3]]
+    frame["share without embeddings (%)"] = (100 * frame["parameters"] / without).where(
+        frame.index != PARAMETER_GROUPS[3])
+    return frame

@@ -87,8 +87,8 @@ def package_imports(sources: list[str], package: str = PACKAGE) -> dict[str, str
     """Map each local name bound by an import from ``package`` to the dotted path it names.
 
     ``from transformer_course.plotting.positional import plot_pe as pe`` gives
-    ``{"pe": "transformer_course.plotting.positional.plot_pe"}``; ``import transformer_course.cost
-    as cost`` gives ``{"cost": "transformer_course.cost"}``. Later imports win, as in Python.
+    ``{"pe": "transformer_course.plotting.positional.plot_pe"}``; ``import transformer_course.measure.cost
+    as cost`` gives ``{"cost": "transformer_course.measure.cost"}``. Later imports win, as in Python.
 
     Args:
         sources: the code cells' sources, in order.

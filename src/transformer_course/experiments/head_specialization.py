@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_int, check_positive_float, check_tensor
-from .attention import MultiHeadAttention, scaled_dot_product_attention
-from .masks import validate_mask
+from transformer_course._validation import check_int, check_positive_float, check_tensor
+from transformer_course.nn.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer_course.nn.masks import validate_mask
 from .training import fit
 
 RELATIONS = ("previous", "first", "marker", "digit")
@@ -392,27 +392,6 @@ def per_head_attention(module: MultiHeadAttention, query: torch.Tensor, key: tor
         heads.append(head)
     concat = torch.cat(heads, dim=-1)  # (B, T, H * Dh) = (B, T, D)
     return module.out_proj(concat), heads  # (B, T, D)
-
-
-def to_torch_multihead_attention(module: MultiHeadAttention) -> nn.MultiheadAttention:
-    """An ``nn.MultiheadAttention`` (batch_first) holding the same weights as ``module``.
-
-    PyTorch stacks W^Q, W^K, W^V into one ``in_proj_weight`` of shape (3D, D). Remember that its
-    bool ``attn_mask`` means True = *blocked*, the opposite of ours: pass ``~mask``.
-    """
-    if not isinstance(module, MultiHeadAttention):
-        raise TypeError(f"module must be a MultiHeadAttention, got {type(module).__name__}")
-    has_bias = module.q_proj.bias is not None
-    weight = module.q_proj.weight
-    ref = nn.MultiheadAttention(module.d_model, module.num_heads, bias=has_bias, batch_first=True,
-                                device=weight.device, dtype=weight.dtype)
-    with torch.no_grad():
-        ref.in_proj_weight.copy_(torch.cat([module.q_proj.weight, module.k_proj.weight, module.v_proj.weight]))
-        ref.out_proj.weight.copy_(module.out_proj.weight)
-        if has_bias:
-            ref.in_proj_bias.copy_(torch.cat([module.q_proj.bias, module.k_proj.bias, module.v_proj.bias]))
-            ref.out_proj.bias.copy_(module.out_proj.bias)
-    return ref.eval()
 
 
 def ablate_heads(model: nn.Module, heads: Iterable[int]) -> nn.Module:

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ._validation import check_int, check_positive_float
+from transformer_course._validation import check_int, check_positive_float
 from .cost import BLOCK_COMPONENTS, block_flops
 
 

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ._validation import check_probability, check_tensor
+from transformer_course._validation import check_probability, check_tensor
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
 from .kv_cache import LayerKVCache

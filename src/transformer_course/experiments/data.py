@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import check_choice, check_int, check_tensor
+from transformer_course._validation import check_choice, check_int, check_tensor
 
 PAD_ID = 0
 BOS_ID = 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import check_int, check_tensor
+from transformer_course._validation import check_bool, check_int, check_tensor
 
 
 def causal_mask(t: int, s: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
@@ -63,11 +63,10 @@ def sliding_window_mask(t: int, window: int, causal: bool = False,
     Beltagy et al., 2020, "Longformer: The Long-Document Transformer".
     """
     t = check_int("t", t, minimum=1)
-    window = check_int("window", window, minimum=1)
+    behind, ahead = band_limits(window, causal)
     # Broadcast comparisons build the (T, T) bool mask directly, with no (T, T) integer temporary.
     i = torch.arange(t, device=device).unsqueeze(1)  # (T, 1)
     j = torch.arange(t, device=device).unsqueeze(0)  # (1, T)
-    behind, ahead = (window - 1, 0) if causal else (window // 2, window // 2)
     return (j >= i - behind) & (j <= i + ahead)  # (T, T)
 
 
@@ -95,6 +94,56 @@ def dilated_mask(t: int, dilation: int, causal: bool = False,
     residue = position % dilation  # (T,): j - i is a multiple of d iff i and j share the residue
     mask = residue.unsqueeze(1) == residue.unsqueeze(0)  # (T, T)
     return mask & (position.unsqueeze(0) <= position.unsqueeze(1)) if causal else mask
+
+
+def band_limits(window: int, causal: bool = False) -> tuple[int, int]:
+    """The band of :func:`sliding_window_mask` as (behind, ahead).
+
+    Query i sees keys j with ``i - behind <= j <= i + ahead``: (w // 2, w // 2) for the symmetric
+    window, (w - 1, 0) for the causal one.
+
+    Args:
+        window: window width w >= 1.
+        causal: whether the window only looks back.
+
+    Returns:
+        (behind, ahead): how many keys before and after the query the band reaches.
+
+    Raises:
+        TypeError, ValueError: if ``window`` is not an int >= 1 or ``causal`` not a bool.
+    """
+    window = check_int("window", window, minimum=1)
+    return (window - 1, 0) if check_bool("causal", causal) else (window // 2, window // 2)
+
+
+def dilated_sliding_window_mask(t: int, window: int, dilation: int, causal: bool = False,
+                                device: torch.device | str | None = None) -> torch.Tensor:
+    """Dilated window M[i, j] = ((i - j) mod d == 0) and |i - j| <= d * (w // 2).
+
+    The window of :func:`sliding_window_mask` with gaps of d - 1 between
+    attended keys: the same number of keys reaches d times as far. Causal: (i - j) mod d == 0 and
+    0 <= i - j <= d (w - 1). ``dilation=1`` is the plain window.
+
+    Args:
+        t: sequence length T >= 1.
+        window: keys per query w >= 1 (counting the query itself).
+        dilation: gap d >= 1 between attended keys.
+        causal: if True, only look back.
+        device: where to build the mask.
+
+    Returns:
+        (T, T) bool tensor, True = may attend.
+
+    Raises:
+        TypeError, ValueError: if an argument is not an int >= 1 (``causal``: not a bool).
+
+    Beltagy et al., 2020, "Longformer", section 3.1 (dilated sliding window).
+    """
+    t = check_int("t", t, minimum=1)
+    dilation = check_int("dilation", dilation, minimum=1)
+    behind, ahead = band_limits(window, causal)
+    offset = torch.arange(t, device=device).unsqueeze(1) - torch.arange(t, device=device)  # (T, T) i - j
+    return (offset.remainder(dilation) == 0) & (offset <= behind * dilation) & (offset >= -ahead * dilation)
 
 
 def padding_mask(lengths: torch.Tensor | list[int], t: int) -> torch.Tensor:

@@ -6,7 +6,7 @@ are large, which makes large early updates unstable and calls for a learning-rat
 Pre-LN stack (x <- x + F(LN(x)), plus a final LN) the residual stream grows with depth, the final
 LN divides by its size, and the last layers' gradients shrink instead.
 
-Everything here is measured on ``transformer_course.model.Encoder`` stacks with a random
+Everything here is measured on ``transformer_course.nn.model.Encoder`` stacks with a random
 classification loss, so the numbers come from the same code the chapters teach.
 
 Shape legend: B batch, T length, D = d_model, L layers, V vocabulary / classes.
@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_choice, check_int
-from .model import Encoder
-from .positional import SinusoidalPositionalEncoding
+from transformer_course._validation import check_choice, check_int
+from transformer_course.nn.model import Encoder
+from transformer_course.nn.positional import SinusoidalPositionalEncoding
 from .training import fit
 
 INITS = ("xavier", "pytorch")
