@@ -6,7 +6,7 @@ from transformer_course.measure.cost import (block_flops, count_parameters, flop
                                      mha_parameters, parameter_breakdown)
 from transformer_course.nn.feedforward import FeedForward
 from transformer_course.nn.layers import EncoderLayer
-from transformer_course.nn.model import Transformer
+from transformer_course.nn.model import Transformer, TransformerConfig
 
 CARD_TABLE = {64: (34.69, 65.31, "FFN"), 256: (38.46, 61.54, "FFN"), 1024: (50.00, 50.00, "Tie"),
               4096: (71.43, 28.57, "MHA")}
@@ -37,7 +37,7 @@ def test_expansion_one_makes_projections_largest_at_short_n():
 
 
 def test_parameter_breakdown_adds_up():
-    model = Transformer(100, 100, 32, 4, 2, 2, 64, share_embeddings=True)
+    model = Transformer(TransformerConfig(100, 100, 32, 4, 2, 2, 64, share_embeddings=True))
     table = parameter_breakdown(model)
     assert table["parameters"].sum() == count_parameters(model)
     assert table["share (%)"].sum() == pytest.approx(100)

@@ -9,7 +9,7 @@ from torch import nn
 from transformer_course.measure.cost import PARAMETER_GROUPS, count_parameters, ffn_parameters, parameter_groups
 from transformer_course.nn.feedforward import FeedForward, swiglu_matched_d_ff
 from transformer_course.nn.layers import EncoderLayer
-from transformer_course.nn.model import Transformer
+from transformer_course.nn.model import Transformer, TransformerConfig
 
 
 @pytest.mark.parametrize("d_model, d_ff", [(512, 2048), (64, 256), (1, 4), (768, 3072), (100, 300)])
@@ -38,7 +38,7 @@ def test_swiglu_matched_width_validation():
 
 
 def test_parameter_groups_add_up_and_read_the_module_tree():
-    model = Transformer(50, 60, d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=1, d_ff=32)
+    model = Transformer(TransformerConfig(50, 60, d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=1, d_ff=32))
     frame = parameter_groups(model)
     assert list(frame.index) == list(PARAMETER_GROUPS)
     assert frame["parameters"].sum() == count_parameters(model)
@@ -51,8 +51,8 @@ def test_parameter_groups_add_up_and_read_the_module_tree():
 
 
 def test_parameter_groups_counts_tied_embeddings_once_and_accepts_nn_layernorm():
-    model = Transformer(40, 40, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=16,
-                        share_embeddings=True)
+    model = Transformer(TransformerConfig(40, 40, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=16,
+                        share_embeddings=True))
     assert parameter_groups(model).loc["embeddings and output", "parameters"] == 40 * 8
     layer = nn.Sequential(nn.LayerNorm(8), EncoderLayer(8, 2, 16))
     frame = parameter_groups(layer)
@@ -62,7 +62,7 @@ def test_parameter_groups_counts_tied_embeddings_once_and_accepts_nn_layernorm()
 
 def test_parameter_groups_on_the_meta_device_base_model():
     with torch.device("meta"):
-        model = Transformer(37000, 37000, share_embeddings=True)
+        model = Transformer(TransformerConfig(37000, 37000, share_embeddings=True))
     frame = parameter_groups(model)
     assert frame.loc["feed-forward networks", "parameters"] == 12 * ffn_parameters(512, 2048)
     assert math.isclose(frame.loc["feed-forward networks", "share without embeddings (%)"], 100 * 4 / 7,

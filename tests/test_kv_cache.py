@@ -4,13 +4,13 @@ import torch
 from transformer_course.nn.attention import MultiHeadAttention
 from transformer_course.nn.kv_cache import AttentionCache, KVCache, kv_cache_bytes
 from transformer_course.nn.masks import causal_mask
-from transformer_course.nn.model import Transformer
+from transformer_course.nn.model import Transformer, TransformerConfig
 
 
 def _model(norm_first=False):
     torch.manual_seed(0)
-    return Transformer(11, 13, d_model=16, num_heads=4, num_encoder_layers=2, num_decoder_layers=3, d_ff=32,
-                       dropout=0.1, norm_first=norm_first).double().eval()
+    return Transformer(TransformerConfig(11, 13, d_model=16, num_heads=4, num_encoder_layers=2, num_decoder_layers=3, d_ff=32,
+                       dropout=0.1, norm_first=norm_first)).double().eval()
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

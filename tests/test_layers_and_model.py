@@ -87,11 +87,30 @@ def test_layer_norm_uses_biased_variance(gen):
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_feedforward_matches_torch_layer_ffn(gen, activation):
-    ffn = FeedForward(8, 32, activation=activation).double()
+    """Our FFN against PyTorch's own: nn.TransformerEncoderLayer's feed-forward block, weights copied."""
+    torch.manual_seed(0)
+    ffn = FeedForward(8, 32, activation=activation).double().eval()
+    ref = nn.TransformerEncoderLayer(8, 2, 32, dropout=0.0, activation=activation, batch_first=True,
+                                     dtype=torch.float64).eval()
+    with torch.no_grad():
+        ref.linear1.load_state_dict(ffn.linear1.state_dict())
+        ref.linear2.load_state_dict(ffn.linear2.state_dict())
     x = torch.randn(2, 3, 8, generator=gen, dtype=torch.float64)
-    act = torch.relu if activation == "relu" else nn.functional.gelu
-    expected = ffn.linear2(act(ffn.linear1(x)))
-    torch.testing.assert_close(ffn(x), expected)
+    torch.testing.assert_close(ffn(x), ref._ff_block(x))
+
+
+@pytest.mark.parametrize("layer", [EncoderLayer(8, 2, 16), DecoderLayer(8, 2, 16, norm_first=True)],
+                         ids=["encoder", "decoder"])
+def test_forward_applies_the_sublayers_in_the_declared_order(gen, layer):
+    """SUBLAYERS, which diagrams and tables read, lists the sub-layers and norms in forward's order."""
+    called = []
+    for name, module in layer.named_children():
+        if not name.startswith("dropout"):
+            module.register_forward_hook(lambda m, args, out, name=name: called.append(name))
+    x = torch.randn(1, 3, 8, generator=gen)
+    layer(x) if isinstance(layer, EncoderLayer) else layer(x, torch.randn(1, 4, 8, generator=gen))
+    order = [name for s in layer.SUBLAYERS for name in ((s.norm, s.name) if layer.norm_first else (s.name, s.norm))]
+    assert called == order
 
 
 def test_swiglu_has_a_gate_and_three_matrices():
@@ -109,7 +128,7 @@ def test_analytic_layer_parameters():
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_transformer_parameter_count_matches_nn_transformer(norm_first):
     d, h, ff, layers, src_v, tgt_v = 32, 4, 64, 2, 17, 19
-    ours = Transformer(src_v, tgt_v, d, h, layers, layers, ff, norm_first=norm_first)
+    ours = Transformer(TransformerConfig(src_v, tgt_v, d, h, layers, layers, ff, norm_first=norm_first))
     ref = nn.Transformer(d, h, layers, layers, ff, batch_first=True, norm_first=norm_first)
     embeddings = (src_v + tgt_v) * d + d * tgt_v + tgt_v  # two embeddings + output projection
     # nn.Transformer always ends each stack with a LayerNorm; the paper's Post-LN stacks do not.
@@ -118,14 +137,14 @@ def test_transformer_parameter_count_matches_nn_transformer(norm_first):
 
 
 def test_shared_embeddings_are_one_matrix():
-    model = Transformer(50, 50, 16, 2, 1, 1, 32, share_embeddings=True)
+    model = Transformer(TransformerConfig(50, 50, 16, 2, 1, 1, 32, share_embeddings=True))
     assert model.src_embed.weight is model.tgt_embed.weight is model.generator.weight
-    assert count_parameters(model) == count_parameters(Transformer(50, 50, 16, 2, 1, 1, 32)) - 2 * 50 * 16 - 50
+    assert count_parameters(model) == count_parameters(Transformer(TransformerConfig(50, 50, 16, 2, 1, 1, 32))) - 2 * 50 * 16 - 50
 
 
 def test_decoder_is_causal(gen):
     torch.manual_seed(0)
-    model = Transformer(10, 10, 16, 2, 1, 2, 32, dropout=0.0).double().eval()
+    model = Transformer(TransformerConfig(10, 10, 16, 2, 1, 2, 32, dropout=0.0)).double().eval()
     src = torch.randint(0, 10, (1, 6), generator=gen)
     tgt = torch.randint(0, 10, (1, 8), generator=gen)
     changed = tgt.clone()
@@ -137,7 +156,7 @@ def test_decoder_is_causal(gen):
 
 def test_greedy_decode_matches_argmax_of_forward(gen):
     torch.manual_seed(0)
-    model = Transformer(10, 10, 16, 2, 1, 1, 32, dropout=0.0).eval()
+    model = Transformer(TransformerConfig(10, 10, 16, 2, 1, 1, 32, dropout=0.0)).eval()
     src = torch.randint(0, 10, (3, 5), generator=gen)
     out = model.greedy_decode(src, max_len=4, bos_id=1)
     assert out.shape == (3, 5) and (out[:, 0] == 1).all()
@@ -147,7 +166,7 @@ def test_greedy_decode_matches_argmax_of_forward(gen):
 
 def test_config_round_trip():
     config = TransformerConfig(11, 12, d_model=16, num_heads=2, d_ff=32)
-    assert Transformer.from_config(config).config == config
+    assert Transformer(config).config == config
 
 
 def test_elman_rnn_matches_nn_rnn(gen):

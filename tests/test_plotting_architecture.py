@@ -3,15 +3,15 @@ import torch
 from matplotlib.figure import Figure
 
 from transformer_course.nn.masks import causal_mask, padding_mask
-from transformer_course.nn.model import Transformer
+from transformer_course.nn.model import Transformer, TransformerConfig
 from transformer_course.plotting.architecture import (plot_attention_sources, plot_loss_curve, plot_stacks,
                                                       plot_transformer, sublayer_label)
 
 
 def _model(enc=2, dec=3, norm_first=False):
     torch.manual_seed(0)
-    return Transformer(20, 20, d_model=16, num_heads=4, num_encoder_layers=enc, num_decoder_layers=dec, d_ff=40,
-                       max_len=32, norm_first=norm_first)
+    return Transformer(TransformerConfig(20, 20, d_model=16, num_heads=4, num_encoder_layers=enc, num_decoder_layers=dec, d_ff=40,
+                       max_len=32, norm_first=norm_first))
 
 
 def _texts(figure):

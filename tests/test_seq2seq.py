@@ -2,10 +2,11 @@ import pytest
 import torch
 
 from transformer_course.experiments.data import EOS_ID, VOCAB_SIZE, make_batch
-from transformer_course.nn.model import Transformer
-from transformer_course.experiments.seq2seq import (encoder_decoder_table, exact_match, heldout_exact_match, init_embeddings_,
-                                        layer_norms, reads_memory, sees_future, seq2seq_loss, sublayers,
-                                        toy_transformer, train_seq2seq)
+from transformer_course.nn.model import Transformer, TransformerConfig
+from transformer_course.experiments.seq2seq import (encoder_decoder_table, exact_match, heldout_exact_match,
+                                                    init_embeddings_, reads_memory, seq2seq_loss, toy_transformer,
+                                                    train_seq2seq)
+from transformer_course.measure.dependency import sees_future
 
 
 def test_short_training_run_reverses_heldout_sequences():
@@ -23,8 +24,8 @@ def test_loss_at_initialization_is_about_log_vocab(gen):
 
 
 def test_init_embeddings_sets_the_scale_once_for_shared_embeddings():
-    model = Transformer(50, 50, d_model=64, num_heads=4, num_encoder_layers=1, num_decoder_layers=1, d_ff=32,
-                        share_embeddings=True)
+    model = Transformer(TransformerConfig(50, 50, d_model=64, num_heads=4, num_encoder_layers=1, num_decoder_layers=1, d_ff=32,
+                        share_embeddings=True))
     init_embeddings_(model)
     std = float(model.src_embed.weight.detach().std())
     assert 0.1 < std < 0.15 and model.generator.weight is model.src_embed.weight
@@ -45,9 +46,9 @@ def test_exact_match_scores_whole_sequences(gen):
 def test_architecture_is_read_off_the_modules():
     model = toy_transformer(d_model=16, num_heads=2, num_layers=2, d_ff=32)
     enc, dec = model.encoder.layers[0], model.decoder.layers[0]
-    assert sublayers(enc) == ["self_attn", "feed_forward"]
-    assert sublayers(dec) == ["self_attn", "cross_attn", "feed_forward"]
-    assert layer_norms(enc) == ["norm1", "norm2"] and len(layer_norms(dec)) == 3
+    assert [s.name for s in enc.SUBLAYERS] == ["self_attn", "feed_forward"]
+    assert [s.name for s in dec.SUBLAYERS] == ["self_attn", "cross_attn", "feed_forward"]
+    assert [s.norm for s in enc.SUBLAYERS] == ["norm1", "norm2"] and len(dec.SUBLAYERS) == 3
     assert not reads_memory(enc) and reads_memory(dec)
     assert sees_future(model, "encoder") and not sees_future(model, "decoder")
 
@@ -66,7 +67,6 @@ def test_encoder_decoder_table_matches_the_card():
     (lambda m: train_seq2seq(torch.nn.Linear(2, 2)), TypeError, "model must be a transformer_course"),
     (lambda m: train_seq2seq(m, batch_size=0), ValueError, "batch_size must be >= 1"),
     (lambda m: sees_future(m, "middle"), ValueError, "stack must be one of"),
-    (lambda m: sublayers(m), TypeError, "layer must be an EncoderLayer or DecoderLayer"),
     (lambda m: init_embeddings_("model"), TypeError, "model must be a transformer_course"),
 ])
 def test_bad_arguments(call, error, match):

@@ -56,6 +56,14 @@ def check_tensor(name: str, value: object, ndim: int | tuple[int, ...] | None = 
     return value
 
 
+def check_features(name: str, value: object, d_model: int, ndim: int | None = None) -> torch.Tensor:
+    """Return ``value`` if it is a floating tensor (of ``ndim`` dimensions) whose last dimension is ``d_model``."""
+    check_tensor(name, value, ndim=ndim, floating=True)
+    if value.dim() == 0 or value.shape[-1] != d_model:
+        raise ValueError(f"{name} must have last dimension d_model={d_model}, got shape {tuple(value.shape)}")
+    return value
+
+
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     """Return ``value`` if it is one of ``choices``, else raise."""
     if value not in choices:

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_course._validation import check_int, check_positive_float, check_tensor
-from transformer_course.nn.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer_course.nn.attention import MultiHeadAttention, _attention
 from transformer_course.nn.masks import validate_mask
 from .training import fit
 
@@ -388,7 +388,7 @@ def per_head_attention(module: MultiHeadAttention, query: torch.Tensor, key: tor
             w_i = proj.weight[rows].T  # (D, Dh): W_i
             b_i = proj.bias[rows] if proj.bias is not None else 0.0
             projected.append(x @ w_i + b_i)  # (B, L, Dh)
-        head, _ = scaled_dot_product_attention(*projected, mask=mask)  # (B, T, Dh)
+        head, _ = _attention(*projected, mask)  # (B, T, Dh)
         heads.append(head)
     concat = torch.cat(heads, dim=-1)  # (B, T, H * Dh) = (B, T, D)
     return module.out_proj(concat), heads  # (B, T, D)

@@ -5,8 +5,8 @@
   against the shifted-right labels (``data.shift_right``).
 * ``train_seq2seq``: ``training.fit`` on fresh batches of a toy task.
 * ``exact_match``: greedy decoding of held-out sources, scored by whole-sequence equality.
-* ``sublayers``, ``sees_future`` and ``encoder_decoder_table``: what an encoder and a decoder
-  layer contain and which positions they may look at, measured on module instances.
+* ``encoder_decoder_table``: what an encoder and a decoder layer contain (their ``SUBLAYERS``)
+  and which positions they may look at (``measure.dependency.sees_future``), read off instances.
 
 Shape legend: B batch, S source length, T decoder length, V vocabulary size, D = d_model.
 """
@@ -22,13 +22,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_course._validation import check_choice, check_int, check_tensor
-from transformer_course.nn.attention import MultiHeadAttention
 from .data import BOS_ID, EOS_ID, PAD_ID, TASKS, VOCAB_SIZE, make_batch
-from transformer_course.nn.feedforward import FeedForward
-from transformer_course.nn.layers import DecoderLayer, EncoderLayer
-from transformer_course.nn.model import Transformer
-from transformer_course.nn.normalization import LayerNorm
+from transformer_course.nn.model import Transformer, TransformerConfig
 from .training import fit
+from transformer_course.measure.dependency import sees_future
 
 
 def _check_model(model: object) -> Transformer:
@@ -64,8 +61,8 @@ def toy_transformer(d_model: int = 64, num_heads: int = 4, num_layers: int = 2, 
     d_ff=2048), with ``init_embeddings_`` applied.
     """
     torch.manual_seed(check_int("seed", seed, minimum=0))
-    model = Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=d_model, num_heads=num_heads, num_encoder_layers=num_layers,
-                        num_decoder_layers=num_layers, d_ff=d_ff, dropout=dropout, max_len=64)
+    model = Transformer(TransformerConfig(VOCAB_SIZE, VOCAB_SIZE, d_model=d_model, num_heads=num_heads, num_encoder_layers=num_layers,
+                        num_decoder_layers=num_layers, d_ff=d_ff, dropout=dropout, max_len=64))
     return init_embeddings_(model)
 
 
@@ -152,32 +149,7 @@ def heldout_exact_match(model: Transformer, task: str = "reverse", length: int =
     return exact_match(model, src, labels)
 
 
-# ---------------------------------------------------------------------------------------------
-# Reading the architecture off the modules
-# ---------------------------------------------------------------------------------------------
-
-SUBLAYER_TYPES = (MultiHeadAttention, FeedForward)
-
-
-def sublayers(layer: nn.Module) -> list[str]:
-    """The attribute names of a layer's sub-layers (attention and FFN modules) in execution order.
-
-    For ``EncoderLayer``: ["self_attn", "feed_forward"]; for ``DecoderLayer``:
-    ["self_attn", "cross_attn", "feed_forward"] (the registration order, which ``forward`` follows).
-
-    Raises:
-        TypeError: if ``layer`` is not an ``EncoderLayer`` or ``DecoderLayer``.
-    """
-    if not isinstance(layer, (EncoderLayer, DecoderLayer)):
-        raise TypeError(f"layer must be an EncoderLayer or DecoderLayer, got {type(layer).__name__}")
-    return [name for name, child in layer.named_children() if isinstance(child, SUBLAYER_TYPES)]
-
-
-def layer_norms(layer: nn.Module) -> list[str]:
-    """The attribute names of a layer's LayerNorms (one per sub-layer: the add & norm steps)."""
-    if not isinstance(layer, (EncoderLayer, DecoderLayer)):
-        raise TypeError(f"layer must be an EncoderLayer or DecoderLayer, got {type(layer).__name__}")
-    return [name for name, child in layer.named_children() if isinstance(child, LayerNorm)]
+# --- Reading the architecture off the modules -----------------------------------------------
 
 
 def reads_memory(layer: nn.Module) -> bool:
@@ -185,47 +157,10 @@ def reads_memory(layer: nn.Module) -> bool:
     return "memory" in inspect.signature(layer.forward).parameters
 
 
-@torch.no_grad()
-def sees_future(model: Transformer, stack: str, length: int = 6, seed: int = 0) -> bool:
-    """Measure whether position 0's output of ``stack`` changes when the *last* input token changes.
-
-    The encoder attends in both directions, so changing the last source token moves every output;
-    the decoder's causal mask makes its first output blind to later tokens.
-
-    Args:
-        model: the encoder-decoder (evaluated in eval mode, restored afterwards).
-        stack: "encoder" or "decoder".
-        length: sequence length of the probe.
-        seed: seeds the random probe tokens.
-
-    Returns:
-        True if position 0 depends on position ``length - 1``.
-    """
-    _check_model(model)
-    check_choice("stack", stack, ("encoder", "decoder"))
-    length = check_int("length", length, minimum=2)
-    generator = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
-    vocab = model.src_embed.num_embeddings if stack == "encoder" else model.tgt_embed.num_embeddings
-    tokens = torch.randint(0, vocab, (1, length), generator=generator)  # (1, L)
-    changed = tokens.clone()
-    changed[0, -1] = (tokens[0, -1] + 1) % vocab
-    was_training = model.training
-    model.eval()
-    try:
-        if stack == "encoder":
-            before, after = model.encode(tokens), model.encode(changed)  # (1, L, D) each
-        else:
-            memory = model.encode(torch.randint(0, model.src_embed.num_embeddings, (1, length), generator=generator))
-            before, after = model.decode(tokens, memory), model.decode(changed, memory)  # (1, L, V) each
-    finally:
-        model.train(was_training)
-    return not torch.allclose(before[0, 0], after[0, 0], atol=1e-6, rtol=0.0)
-
-
 def encoder_decoder_table(model: Transformer) -> pd.DataFrame:
     """Card DL0036's Table 1, with each cell derived from ``model``'s modules or measured on it.
 
-    Rows: self-attention (measured with ``sees_future``), cross-attention (``sublayers``), positional
+    Rows: self-attention (measured with ``sees_future``), cross-attention (``SUBLAYERS``), positional
     encoding, input (``forward`` signatures), function, sub-layers per layer, add & norm steps
     per layer, parameters per layer.
 
@@ -236,7 +171,7 @@ def encoder_decoder_table(model: Transformer) -> pd.DataFrame:
     enc_layer, dec_layer = model.encoder.layers[0], model.decoder.layers[0]
     columns = {}
     for stack, layer in (("Encoder", enc_layer), ("Decoder", dec_layer)):
-        names = sublayers(layer)
+        names = [sublayer.name for sublayer in layer.SUBLAYERS]
         future = sees_future(model, stack.lower())
         cross = "cross_attn" in names
         side = "source" if stack == "Encoder" else "target"
@@ -248,7 +183,7 @@ def encoder_decoder_table(model: Transformer) -> pd.DataFrame:
             "Function": ("Generate target autoregressively with source context" if not future
                          else "Encode source into contextual representations"),
             "Sub-layers per layer": f"{len(names)}: " + ", ".join(names),
-            "Add & norm per layer": str(len(layer_norms(layer))),
+            "Add & norm per layer": str(len(layer.SUBLAYERS)),
             "Parameters per layer": f"{sum(p.numel() for p in layer.parameters()):,}",
         }
     return pd.DataFrame(columns).rename_axis("Aspect")

@@ -22,8 +22,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_course._validation import check_int, check_positive_float
-from transformer_course.nn.attention import MultiHeadAttention, hand_written_attention
-from transformer_course.nn.feedforward import FeedForward
+from transformer_course.nn.attention import hand_written_attention
 from transformer_course.nn.normalization import LayerNorm
 
 SOFTMAX_OPS_PER_SCORE = 5
@@ -238,13 +237,15 @@ PARAMETER_GROUPS = ("feed-forward networks", "attention", "layer norms", "embedd
 def parameter_groups(model: nn.Module) -> pd.DataFrame:
     """Parameters of ``model`` grouped by the kind of module that owns them, read off the module tree.
 
-    Every ``FeedForward`` counts as "feed-forward networks", every ``MultiHeadAttention`` as
-    "attention", every LayerNorm (the course's or ``nn.LayerNorm``) as "layer norms"; the rest
-    (token embeddings, the output projection) as "embeddings and output". A tensor shared by
-    several modules (tied embeddings) is counted once, so the rows add up to the model's total.
+    Each encoder and decoder layer says what it is made of (its ``SUBLAYERS``): the FFN counts as
+    "feed-forward networks", the attention sub-layers as "attention", their LayerNorms as "layer
+    norms". A LayerNorm outside a layer (the final norm of a Pre-LN stack; the course's or
+    ``nn.LayerNorm``) is a "layer norm" too; the rest (token embeddings, the output projection) is
+    "embeddings and output". A tensor shared by several
+    modules (tied embeddings) is counted once, so the rows add up to the model's total.
 
     Args:
-        model: any module, e.g. ``Transformer(...)`` (the meta device works: only shapes are read).
+        model: any module, e.g. ``Transformer(config)`` (the meta device works: only shapes are read).
 
     Returns:
         DataFrame indexed by "group" (``PARAMETER_GROUPS``) with columns "parameters",
@@ -255,21 +256,24 @@ def parameter_groups(model: nn.Module) -> pd.DataFrame:
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    kinds = ((FeedForward, PARAMETER_GROUPS[0]), (MultiHeadAttention, PARAMETER_GROUPS[1]),
-             ((LayerNorm, nn.LayerNorm), PARAMETER_GROUPS[2]))
-    owner: dict[int, str] = {}
+    ffn, attention, norms, rest = PARAMETER_GROUPS
+    owners: list[tuple[nn.Module, str]] = []
     for module in model.modules():
-        for kind, group in kinds:
-            if isinstance(module, kind):
-                for parameter in module.parameters():
-                    owner.setdefault(id(parameter), group)
+        for sublayer in getattr(module, "SUBLAYERS", ()):
+            owners.append((getattr(module, sublayer.name), ffn if sublayer.name == "feed_forward" else attention))
+            owners.append((getattr(module, sublayer.norm), norms))
+        if isinstance(module, (LayerNorm, nn.LayerNorm)):  # e.g. the final norm of a Pre-LN stack
+            owners.append((module, norms))
+    owner: dict[int, str] = {}
+    for module, group in owners:
+        for parameter in module.parameters():
+            owner.setdefault(id(parameter), group)
     counts = dict.fromkeys(PARAMETER_GROUPS, 0)
     for parameter in model.parameters():  # each distinct tensor once
-        counts[owner.get(id(parameter), PARAMETER_GROUPS[3])] += parameter.numel()
+        counts[owner.get(id(parameter), rest)] += parameter.numel()
     frame = pd.DataFrame({"parameters": counts}).rename_axis("group")
     total = frame["parameters"].sum()
     frame["share (%)"] = 100 * frame["parameters"] / total
-    without = total - counts[PARAMETER_GROUPS[3]]
-    frame["share without embeddings (%)"] = (100 * frame["parameters"] / without).where(
-        frame.index != PARAMETER_GROUPS[3])
+    frame["share without embeddings (%)"] = (100 * frame["parameters"] / (total - counts[rest])).where(
+        frame.index != rest)
     return frame

@@ -10,7 +10,8 @@ Three measurements back the Transformer-vs-RNN chapter (DL0032):
 * **gradient reach**: the Frobenius norm of the Jacobian d y_n / d x_1, how much of the last
   output's gradient arrives at the first token.
 
-plus ``count_matmuls``, which records every matrix product (GEMM) a forward pass launches.
+plus ``count_matmuls``, which records every matrix product (GEMM) a forward pass launches, and
+``sees_future``, which measures whether a stack's first output depends on its last input.
 
 Shape legend: B batch, T length (n tokens), D = d_model.
 """
@@ -27,8 +28,9 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from transformer_course._validation import check_int, check_tensor
+from transformer_course._validation import check_choice, check_int, check_tensor
 from transformer_course.nn.attention import hand_written_attention
+from transformer_course.nn.model import Transformer
 from .cost import count_parameters
 
 
@@ -345,3 +347,41 @@ def measured_comparison(rnn: nn.Module, layer: nn.Module, lengths: tuple[int, ..
     frame = pd.DataFrame({key: columns[key] for key in order}, index=pd.Index(lengths, name="n"))
     frame.columns = pd.MultiIndex.from_tuples(order)
     return frame
+
+
+@torch.no_grad()
+def sees_future(model: Transformer, stack: str, length: int = 6, seed: int = 0) -> bool:
+    """Measure whether position 0's output of ``stack`` changes when the *last* input token changes.
+
+    The encoder attends in both directions, so changing the last source token moves every output;
+    the decoder's causal mask makes its first output blind to later tokens.
+
+    Args:
+        model: the encoder-decoder (evaluated in eval mode, restored afterwards).
+        stack: "encoder" or "decoder".
+        length: sequence length of the probe.
+        seed: seeds the random probe tokens.
+
+    Returns:
+        True if position 0 depends on position ``length - 1``.
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a transformer_course.nn.model.Transformer, got {type(model).__name__}")
+    check_choice("stack", stack, ("encoder", "decoder"))
+    length = check_int("length", length, minimum=2)
+    generator = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
+    vocab = model.src_embed.num_embeddings if stack == "encoder" else model.tgt_embed.num_embeddings
+    tokens = torch.randint(0, vocab, (1, length), generator=generator)  # (1, L)
+    changed = tokens.clone()
+    changed[0, -1] = (tokens[0, -1] + 1) % vocab
+    was_training = model.training
+    model.eval()
+    try:
+        if stack == "encoder":
+            before, after = model.encode(tokens), model.encode(changed)  # (1, L, D) each
+        else:
+            memory = model.encode(torch.randint(0, model.src_embed.num_embeddings, (1, length), generator=generator))
+            before, after = model.decode(tokens, memory), model.decode(changed, memory)  # (1, L, V) each
+    finally:
+        model.train(was_training)
+    return not torch.allclose(before[0, 0], after[0, 0], atol=1e-6, rtol=0.0)

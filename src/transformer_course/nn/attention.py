@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_course._validation import check_int, check_probability, check_tensor
+from transformer_course._validation import check_features, check_int, check_probability, check_tensor
 from .kv_cache import AttentionCache
-from .masks import validate_mask
+from .masks import check_mask, validate_mask
 
 
 def _check_qkv(q: object, k: object, v: object) -> None:
@@ -65,14 +65,22 @@ def scaled_dot_product_attention(
     """
     _check_qkv(q, k, v)
     t, s = q.shape[-2], k.shape[-2]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, S)
     if bias is not None:
         check_tensor("bias", bias, floating=True)
         if bias.dim() < 2 or bias.shape[-2] not in (1, t) or bias.shape[-1] not in (1, s):
             raise ValueError(f"bias must broadcast to (..., T={t}, S={s}), got shape {tuple(bias.shape)}")
-        scores = scores + bias  # (..., T, S)
     if mask is not None:
         validate_mask(mask, t, s)
+    return _attention(q, k, v, mask, bias)
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The computation of :func:`scaled_dot_product_attention`, for callers that checked the inputs."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, S)
+    if bias is not None:
+        scores = scores + bias  # (..., T, S)
+    if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))  # (..., T, S)
     weights = scores.softmax(dim=-1)  # (..., T, S)
     return weights @ v, weights  # (..., T, Dv), (..., T, S)
@@ -138,9 +146,7 @@ class MultiHeadAttention(nn.Module):
 
     def _check_inputs(self, query: object, key: object, value: object) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
-            check_tensor(name, x, ndim=3, floating=True)
-            if x.shape[-1] != self.d_model:
-                raise ValueError(f"{name} must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+            check_features(name, x, self.d_model, ndim=3)
         if key.shape[:2] != value.shape[:2]:
             raise ValueError(f"key and value must share (B, S), got {tuple(key.shape)} and {tuple(value.shape)}")
         if query.shape[0] != key.shape[0]:
@@ -168,14 +174,14 @@ class MultiHeadAttention(nn.Module):
         t = query.shape[1]
         s = key.shape[1] if cache is None else cache.length_after(key.shape[1])
         if mask is not None:
-            validate_mask(mask, t, s)
+            check_mask(mask, t, s)  # metadata only: a layer's forward never waits for the device
         q = self.split_heads(self.q_proj(query))  # (B, H, T, Dh)
         k, v = self._keys_and_values(key, value, cache)  # (B, H, S, Dh) each
         dropout = self.dropout if self.training else 0.0
         if self.fused and not need_weights:
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # (B, H, T, Dh)
             return self.out_proj(self.merge_heads(heads))  # (B, T, D)
-        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, H, T, Dh), (B, H, T, S)
+        heads, weights = _attention(q, k, v, mask)  # (B, H, T, Dh), (B, H, T, S)
         if dropout:
             heads = F.dropout(weights, dropout) @ v  # (B, H, T, Dh)
         out = self.out_proj(self.merge_heads(heads))  # (B, T, D)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_course._validation import check_choice, check_int, check_probability, check_tensor
+from transformer_course._validation import check_features, check_choice, check_int, check_probability, check_tensor
 
 ACTIVATIONS = ("relu", "gelu", "swiglu")
 
@@ -43,9 +43,7 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor("x", x, floating=True)
-        if x.dim() == 0 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+        check_features("x", x, self.d_model)
         hidden = self.linear1(x)  # (..., F)
         if self.activation == "relu":
             hidden = F.relu(hidden)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from transformer_course._validation import check_int
+from transformer_course._validation import check_bool, check_int
 
 
 class AttentionCache:
@@ -27,9 +27,7 @@ class AttentionCache:
     """
 
     def __init__(self, static: bool = False) -> None:
-        if not isinstance(static, bool):
-            raise TypeError(f"static must be a bool, got {type(static).__name__}")
-        self.static = static
+        self.static = check_bool("static", static)
         self.keys: torch.Tensor | None = None  # (B, H, S, Dh)
         self.values: torch.Tensor | None = None  # (B, H, S, Dh)
 

@@ -171,12 +171,14 @@ def padding_mask(lengths: torch.Tensor | list[int], t: int) -> torch.Tensor:
     return (positions.unsqueeze(0) < lengths.unsqueeze(1))[:, None, None, :]  # (B, 1, 1, S)
 
 
-def validate_mask(mask: object, t: int, s: int, name: str = "mask") -> torch.Tensor:
-    """Check that ``mask`` is a bool tensor broadcastable to (..., T, S) leaving every query a key.
+def check_mask(mask: object, t: int, s: int, name: str = "mask") -> torch.Tensor:
+    """Check that ``mask`` is a bool tensor broadcastable to (..., T, S); reads only its metadata.
+
+    Cheap enough for every forward pass: no value is read, so nothing waits for the device.
 
     Raises:
         TypeError: if ``mask`` is not a bool tensor.
-        ValueError: if its shape does not broadcast to (..., T, S), or a query row has no key.
+        ValueError: if its shape does not broadcast to (..., T, S).
     """
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of dtype torch.bool, got {type(mask).__name__}")
@@ -185,9 +187,20 @@ def validate_mask(mask: object, t: int, s: int, name: str = "mask") -> torch.Ten
                         "pass additive float terms as bias instead")
     if mask.dim() < 2 or mask.shape[-2] not in (1, t) or mask.shape[-1] not in (1, s):
         raise ValueError(f"{name} must broadcast to (..., T={t}, S={s}), got shape {tuple(mask.shape)}")
-    if mask.shape[-1] == s and not bool(mask.any(dim=-1).all()):
+    return mask
+
+
+def validate_mask(mask: object, t: int, s: int, name: str = "mask") -> torch.Tensor:
+    """:func:`check_mask`, and every query keeps at least one key (else its softmax row is NaN).
+
+    Reading the values waits for the device, so public entry points call this once per call
+    (``scaled_dot_product_attention``, ``Transformer.forward``); layers call :func:`check_mask`.
+
+    Raises:
+        TypeError, ValueError: as :func:`check_mask`, and ValueError if a query row has no key.
+    """
+    check_mask(mask, t, s, name)
+    if not bool(mask.any(dim=-1).all()):
         raise ValueError(f"{name} leaves at least one query with no key to attend to "
                          "(a fully masked row would give NaN)")
-    if mask.shape[-1] == 1 and not bool(mask.all()):
-        raise ValueError(f"{name} leaves at least one query with no key to attend to")
     return mask

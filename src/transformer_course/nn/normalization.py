@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from transformer_course._validation import check_int, check_positive_float, check_tensor
+from transformer_course._validation import check_features, check_int, check_positive_float, check_tensor
 
 
 class LayerNorm(nn.Module):
@@ -35,9 +35,7 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_model))  # beta
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor("x", x, floating=True)
-        if x.dim() == 0 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+        check_features("x", x, self.d_model)
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
         variance = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1) biased
         return (x - mean) / torch.sqrt(variance + self.eps) * self.weight + self.bias  # (..., D)

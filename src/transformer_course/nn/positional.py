@@ -10,7 +10,28 @@ import math
 import torch
 from torch import nn
 
-from transformer_course._validation import check_int, check_positive_float, check_probability, check_tensor
+from transformer_course._validation import check_features, check_int, check_positive_float, check_probability, check_tensor
+
+
+def pair_frequencies(width: int, base: float = 10000.0, device: torch.device | str | None = None) -> torch.Tensor:
+    """w_i = base^(-2i / width) for each feature pair i = 0 .. width/2 - 1: the sinusoids' and RoPE's frequencies.
+
+    Args:
+        width: an even feature width (D for the sinusoidal encoding, Dh for RoPE).
+        base: the wavelength scale (10000 in both papers).
+        device: where to build the tensor.
+
+    Returns:
+        (width / 2,) float64 tensor, from 1 down to about 1 / base.
+
+    Raises:
+        TypeError, ValueError: if ``width`` is not a positive even int or ``base`` <= 0.
+    """
+    width = check_int("d_model", width, minimum=2)
+    if width % 2:
+        raise ValueError(f"d_model must be even (sin/cos pairs), got {width}")
+    base = check_positive_float("base", base)
+    return base ** (-torch.arange(0, width, 2, dtype=torch.float64, device=device) / width)  # (width/2,)
 
 
 def sinusoidal_encoding(num_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
@@ -31,12 +52,8 @@ def sinusoidal_encoding(num_positions: int, d_model: int, base: float = 10000.0)
     Vaswani et al., 2017, section 3.5.
     """
     num_positions = check_int("num_positions", num_positions, minimum=1)
-    d_model = check_int("d_model", d_model, minimum=2)
-    if d_model % 2:
-        raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
-    base = check_positive_float("base", base)
+    frequency = pair_frequencies(d_model, base)  # (D/2,)
     position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
-    frequency = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
     angle = position * frequency  # (P, D/2)
     pe = torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)  # (P, D), interleaved sin, cos
     return pe.float()
@@ -63,9 +80,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)  # (max_len, D)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor("x", x, ndim=3, floating=True)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+        check_features("x", x, self.d_model, ndim=3)
         t = x.shape[1]
         pe = self.pe[:t] if t <= self.max_len else sinusoidal_encoding(t, self.d_model).to(x.device)  # (T, D)
         return self.dropout(x + pe.to(x.dtype))  # (B, T, D)
@@ -94,13 +109,11 @@ class LearnedPositionalEmbedding(nn.Module):
         self.embedding = nn.Embedding(max_len, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor("x", x, ndim=3, floating=True)
+        check_features("x", x, self.d_model, ndim=3)
         t = x.shape[1]
         if t > self.max_len:
             raise ValueError(f"sequence length {t} exceeds max_len={self.max_len} of the learned positional "
                              "embedding: positions beyond the training length have no vector")
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
         positions = torch.arange(t, device=x.device)  # (T,)
         return x + self.embedding(positions)  # (B, T, D)
 
@@ -131,8 +144,7 @@ def rotary_embedding(x: torch.Tensor, positions: torch.Tensor | None = None, bas
         positions = torch.arange(t, device=x.device)
     elif positions.shape != (t,):
         raise ValueError(f"positions must have shape (T,) = ({t},), got {tuple(positions.shape)}")
-    base = check_positive_float("base", base)
-    frequency = base ** (-torch.arange(0, dh, 2, device=x.device, dtype=torch.float64) / dh)  # (Dh/2,)
+    frequency = pair_frequencies(dh, base, device=x.device)  # (Dh/2,)
     angle = positions.to(torch.float64).unsqueeze(-1) * frequency  # (T, Dh/2)
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)  # (T, Dh/2)
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, Dh/2)
@@ -167,8 +179,7 @@ def alibi_bias(num_heads: int, t: int) -> torch.Tensor:
 
 def wavelengths(d_model: int, base: float = 10000.0) -> torch.Tensor:
     """Wavelength 2*pi*base^(2i/D) of each sin/cos pair i of the sinusoidal encoding, (D/2,)."""
-    d_model = check_int("d_model", d_model, minimum=2)
-    return 2 * math.pi * base ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return 2 * math.pi / pair_frequencies(d_model, base)
 
 
 def relative_rotation(d_model: int, k: int, base: float = 10000.0) -> torch.Tensor:
@@ -196,13 +207,8 @@ def relative_rotation(d_model: int, k: int, base: float = 10000.0) -> torch.Tens
 
     Vaswani et al., 2017, section 3.5 ("PE_{pos+k} can be represented as a linear function of PE_pos").
     """
-    d_model = check_int("d_model", d_model, minimum=2)
-    if d_model % 2:
-        raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
     k = check_int("k", k)
-    base = check_positive_float("base", base)
-    frequency = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
-    angle = k * frequency  # (D/2,)
+    angle = k * pair_frequencies(d_model, base)  # (D/2,)
     cos, sin = angle.cos(), angle.sin()  # (D/2,)
     blocks = torch.stack((torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2)  # (D/2, 2, 2)
     return torch.block_diag(*blocks)  # (D, D)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from transformer_course._validation import check_int, check_tensor
+from transformer_course._validation import check_features, check_int, check_tensor
 
 
 class ElmanRNN(nn.Module):
@@ -33,9 +33,7 @@ class ElmanRNN(nn.Module):
         self.hidden_proj = nn.Linear(d_model, d_model)  # W_hh, b_hh
 
     def forward(self, x: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
-        check_tensor("x", x, ndim=3, floating=True)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+        check_features("x", x, self.d_model, ndim=3)
         b, t, _ = x.shape
         h = x.new_zeros(b, self.d_model) if h0 is None else h0  # (B, D)
         if h.shape != (b, self.d_model):

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_course._validation import check_bool, check_int
-from .attention import _check_qkv, scaled_dot_product_attention
+from .attention import _attention, _check_qkv
 from .masks import band_limits, causal_mask
 
 __all__ = [
@@ -236,7 +236,7 @@ def _ungroup(long: torch.Tensor | None, short: torch.Tensor, t: int, dilation: i
 def _full_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
     """Dense attention inside each residue class (the classes are batch dims here)."""
     mask = causal_mask(q.shape[-2], device=q.device) if causal else None
-    return scaled_dot_product_attention(q, k, v, mask=mask)[0]  # (..., M, Dv)
+    return _attention(q, k, v, mask)[0]  # (..., M, Dv)
 
 
 def _per_class(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dilation: int,

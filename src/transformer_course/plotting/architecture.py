@@ -22,7 +22,7 @@ from matplotlib.patches import FancyBboxPatch
 
 from transformer_course.nn.layers import DecoderLayer, EncoderLayer
 from transformer_course.nn.model import Transformer
-from transformer_course.experiments.seq2seq import layer_norms, sees_future, sublayers
+from transformer_course.measure.dependency import sees_future
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 
@@ -38,7 +38,7 @@ def sublayer_label(layer: EncoderLayer | DecoderLayer, name: str, causal: bool =
 
     Args:
         layer: the layer that owns the sub-layer.
-        name: "self_attn", "cross_attn" or "feed_forward" (see ``seq2seq.sublayers``).
+        name: "self_attn", "cross_attn" or "feed_forward" (a name in ``layer.SUBLAYERS``).
         causal: whether this self-attention is causally masked (prefix "Masked").
         short: one line, no sizes (for the small boxes of ``plot_stacks``).
     """
@@ -62,8 +62,7 @@ def _draw_layer_block(ax: Axes, layer: EncoderLayer | DecoderLayer, x: float, y:
     """Draw a layer's sub-layers and norms bottom to top from ``y``; return the top y and box centres."""
     box_h, norm_h, gap = 0.75, 0.38, 0.22
     centres: dict[str, tuple[float, float]] = {}
-    norms = layer_norms(layer)
-    for name, norm in zip(sublayers(layer), norms):
+    for name in (sublayer.name for sublayer in layer.SUBLAYERS):
         steps = ["norm", name] if layer.norm_first else [name, "norm"]
         for step in steps:
             y += gap
@@ -87,7 +86,7 @@ def plot_transformer(model: Transformer) -> Figure:
 
     What is read off ``model``: the number of encoder and decoder layers (the "N×" labels), the
     sub-layers of ``model.encoder.layers[0]`` and ``model.decoder.layers[0]`` with their heads and
-    widths, whether each stack's self-attention sees the future (``seq2seq.sees_future``, measured),
+    widths, whether each stack's self-attention sees the future (``measure.dependency.sees_future``, measured),
     the vocabulary sizes, d_model, and whether the embeddings are shared.
 
     Args:
@@ -203,7 +202,7 @@ def plot_stacks(model: Transformer) -> Figure:
     enc_x, dec_x, mid_x = 0.3, 5.4, 4.15
 
     def layer_height(layer):
-        return len(sublayers(layer)) * (box_h + gap) + gap
+        return len(layer.SUBLAYERS) * (box_h + gap) + gap
 
     total = max(sum(layer_height(l) + layer_gap for l in enc_layers),
                 sum(layer_height(l) + layer_gap for l in dec_layers))
@@ -226,7 +225,7 @@ def plot_stacks(model: Transformer) -> Figure:
             ax.text(x - 0.25 if stack == "Encoder" else x + box_w + 0.25, y + height / 2, f"{index + 1}",
                     ha="right" if stack == "Encoder" else "left", va="center", fontsize=9, fontweight="bold")
             yy = y + gap
-            for name in sublayers(layer):
+            for name in (sublayer.name for sublayer in layer.SUBLAYERS):
                 draw_box(ax, x, yy, box_w, box_h, sublayer_label(layer, name, causal, short=True),
                          color=_colour(name), fontsize=8)
                 if name == "cross_attn":
@@ -235,7 +234,7 @@ def plot_stacks(model: Transformer) -> Figure:
             if index + 1 < len(layers):
                 draw_arrow(ax, (x + box_w / 2, y + height), (x + box_w / 2, y + height + layer_gap))
             y += height + layer_gap
-        n_sub = len(sublayers(layers[0]))
+        n_sub = len(layers[0].SUBLAYERS)
         ax.text(x + box_w / 2, total + 0.35, f"{stack}: {len(layers)} layers × {n_sub} sub-layers", ha="center",
                 va="center", fontsize=10, fontweight="bold")
         if stack == "Encoder":
