@@ -4,25 +4,27 @@ import torch
 from transformer_course.measure.cost import BLOCK_COMPONENTS, block_flops
 from transformer_course.nn.layers import EncoderLayer
 from transformer_course.nn.rnn import ElmanRNN
-from transformer_course.measure.timing import (forward_time_table, interleaved_median_times, median_time, threads,
-                                       time_block_components)
+from transformer_course.measure.timing import forward_time_table, median_times, threads, time_block_components
 
 
-def test_median_time_is_positive_and_calls_the_function():
+def test_median_times_interleaves_rounds_of_benchmark_timers():
     calls = []
-    seconds = median_time(lambda: calls.append(1), repeats=3, warmup=2)
-    assert seconds >= 0 and len(calls) == 5
+    out = median_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3)
+    assert set(out) == {"a", "b"} and all(v > 0 for v in out.values())
+    assert calls == (["a"] * 3 + ["b"] * 3) * 3  # each round: two warm-up calls and one timed, a then b
     with pytest.raises(TypeError, match="fn must be callable"):
-        median_time(3)
+        median_times({"f": 3})
     with pytest.raises(ValueError, match="repeats must be >= 1"):
-        median_time(lambda: None, repeats=0)
-
-
-def test_interleaved_median_times_structure():
-    out = interleaved_median_times({"a": lambda: None, "b": lambda: sum(range(100))}, repeats=2)
-    assert set(out) == {"a", "b"} and all(v >= 0 for v in out.values())
+        median_times({"f": lambda: None}, repeats=0)
     with pytest.raises(TypeError, match="fns must be"):
-        interleaved_median_times({})
+        median_times({})
+
+
+def test_median_times_sets_the_thread_count_only_while_timing():
+    before = torch.get_num_threads()
+    seen = []
+    median_times({"f": lambda: seen.append(torch.get_num_threads())}, repeats=1, num_threads=1)
+    assert set(seen) == {1} and torch.get_num_threads() == before
 
 
 def test_forward_time_table_structure_and_threads_restored():

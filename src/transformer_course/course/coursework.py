@@ -6,7 +6,7 @@ Every chapter ends with 2-4 exercises in one fixed format (see CONTRIBUTING.md, 
 (``### BEGIN SOLUTION`` ... ``### END SOLUTION``), a ``solution-marker`` cell (``{solution-end}``)
 and the nbgrader test cell (``### BEGIN HIDDEN TESTS`` ... ``### END HIDDEN TESTS``).
 
-This module reads that format from the ``.ipynb`` files (plain JSON, no Jupyter needed), so that
+This module reads that format from the ``.ipynb`` files (through :mod:`.ipynb`), so that
 
 * the instructor page can print which exercise assesses which learning objective, for how many
   points (:func:`exercise_table`, :func:`chapter_table`);
@@ -28,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from transformer_course._exhibit import exhibit
+from .ipynb import cell_source, cell_tags, chapter_title, read_notebook
 
 SOLUTION_MARKER_TAG = "solution-marker"
 """Tag of the markdown cells that only carry the website's ``{solution-start}``/``{solution-end}``."""
@@ -99,26 +102,9 @@ class Chapter:
         return match.group(1) if match else None
 
 
-def cell_source(cell: dict[str, Any]) -> str:
-    """A cell's source as one string (``.ipynb`` JSON stores it as a string or a list of lines)."""
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else source
-
-
-def cell_tags(cell: dict[str, Any]) -> list[str]:
-    """The cell's ``metadata.tags`` (empty if none)."""
-    return list(cell.get("metadata", {}).get("tags", []))
-
-
 def nbgrader_metadata(cell: dict[str, Any]) -> dict[str, Any]:
     """The cell's ``metadata.nbgrader`` (empty if none)."""
     return dict(cell.get("metadata", {}).get("nbgrader", {}))
-
-
-def read_notebook(path: str | Path) -> dict[str, Any]:
-    """Read an ``.ipynb`` file as plain JSON."""
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
 
 
 def _parse_objectives(markdown: str) -> dict[int, str]:
@@ -160,7 +146,7 @@ def read_chapter(path: str | Path) -> Chapter:
     """
     path = Path(path)
     cells = read_notebook(path)["cells"]
-    title, objectives, study_time = "", {}, None
+    title, objectives, study_time = chapter_title(cells, ""), {}, None
     tests = {nbgrader_metadata(c).get("grade_id"): nbgrader_metadata(c) for c in cells
              if nbgrader_metadata(c).get("grade")}
     exercises = []
@@ -168,10 +154,6 @@ def read_chapter(path: str | Path) -> Chapter:
         if cell.get("cell_type") != "markdown":
             continue
         source = cell_source(cell)
-        if not title:
-            heading = re.search(r"^# (.+)$", source, re.MULTILINE)
-            if heading:
-                title = heading.group(1).strip()
         if not objectives and "**Learning objectives.**" in source:
             objectives = _parse_objectives(source)
         if study_time is None and (time := _STUDY_TIME.search(source)):
@@ -302,6 +284,7 @@ def format_problems(chapter: Chapter, min_exercises: int = 2, max_exercises: int
     return problems
 
 
+@exhibit
 def exercise_table(notebook_paths: Iterable[str | Path]) -> pd.DataFrame:
     """Which exercise assesses which learning objective, for how many points, chapter by chapter.
 
@@ -343,6 +326,7 @@ def exercise_table(notebook_paths: Iterable[str | Path]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["chapter", "exercise", "title", "points", "objectives", "assesses"])
 
 
+@exhibit
 def chapter_table(notebook_paths: Iterable[str | Path]) -> pd.DataFrame:
     """One row per chapter: title, number of objectives, exercises, total points, study time."""
     rows = []

@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import platform
 import random
-import sys
 from typing import Any
 
 import numpy as np
@@ -13,8 +12,11 @@ import pandas as pd
 import torch
 
 from transformer_course import __version__
+from transformer_course._exhibit import exhibit, made_by
 from transformer_course._validation import check_int
 from transformer_course.plotting.style import use_course_style
+
+PROVENANCE_KEY = "transformer_course"  # the key of the output metadata that names an exhibit's maker
 
 
 def seed_everything(seed: int = 0) -> None:
@@ -35,10 +37,13 @@ def best_device() -> torch.device:
 
 
 def enable_inline_figures() -> bool:
-    """In IPython/Jupyter, display returned ``Figure`` objects as PNG (``%matplotlib inline``).
+    """In IPython/Jupyter, show returned ``Figure`` objects as PNG, and record who made each exhibit.
 
     The package builds figures without pyplot, so a notebook only shows them as images once the
-    inline backend has registered its formatter. Returns False outside IPython (nothing to do).
+    inline backend has registered its formatter (``%matplotlib inline``). Every output that shows
+    a stamped figure or table (see ``transformer_course._exhibit``) also gets the stamp in its
+    metadata, ``{"transformer_course": {"made_by": ...}}``, which ``course.provenance`` reads from
+    the stored notebook. Returns False outside IPython (nothing to do).
     """
     try:
         from IPython import get_ipython
@@ -48,6 +53,19 @@ def enable_inline_figures() -> bool:
     if shell is None:
         return False
     shell.run_line_magic("matplotlib", "inline")
+    formatter = shell.display_formatter
+    if not getattr(formatter.format, "records_exhibits", False):
+        original = formatter.format
+
+        def format_and_record(obj: Any, *args: Any, **kwargs: Any) -> tuple[dict, dict]:
+            data, metadata = original(obj, *args, **kwargs)
+            maker = made_by(obj)
+            if maker is not None:
+                metadata = {**metadata, PROVENANCE_KEY: {"made_by": maker}}
+            return data, metadata
+
+        format_and_record.records_exhibits = True
+        formatter.format = format_and_record
     return True
 
 
@@ -62,6 +80,7 @@ def setup_notebook(seed: int = 0) -> torch.device:
     return best_device()
 
 
+@exhibit
 def environment_report() -> pd.DataFrame:
     """The package, Python, PyTorch and device versions, as a one-column table."""
     device = best_device()

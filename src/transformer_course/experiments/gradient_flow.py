@@ -22,10 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_course._validation import check_choice, check_int
+from transformer_course._exhibit import exhibit
+from transformer_course._validation import check_bool, check_choice, check_int
 from transformer_course.nn.model import Encoder
 from transformer_course.nn.positional import SinusoidalPositionalEncoding
-from .training import fit
+from .training import fit, seeded
 
 INITS = ("xavier", "pytorch")
 PLACEMENTS = {"Post-LN": False, "Pre-LN": True}
@@ -93,14 +94,13 @@ def layer_gradient_norms(num_layers: int, norm_first: bool, d_model: int = 64, n
         check_int(name, value, minimum=1)
     check_int("seed", seed, minimum=0)
     check_choice("init", init, INITS)
-    if not isinstance(norm_first, bool):
-        raise TypeError(f"norm_first must be a bool, got {type(norm_first).__name__}")
-    torch.manual_seed(seed)
-    encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=norm_first)
-    head = nn.Linear(d_model, num_classes)
-    if init == "xavier":
-        init_xavier_(encoder)
-        init_xavier_(head)
+    check_bool("norm_first", norm_first)
+    with seeded(seed):
+        encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=norm_first)
+        head = nn.Linear(d_model, num_classes)
+        if init == "xavier":
+            init_xavier_(encoder)
+            init_xavier_(head)
     names = dict(encoder.layers[0].named_parameters())
     if parameter not in names:
         raise ValueError(f"parameter must name a parameter of one layer, e.g. {sorted(names)[:3]}, got {parameter!r}")
@@ -113,6 +113,7 @@ def layer_gradient_norms(num_layers: int, norm_first: bool, d_model: int = 64, n
                          for layer in encoder.layers], dtype=torch.float64)  # (L,)
 
 
+@exhibit
 def gradient_norm_profile(num_layers: int, seeds: Iterable[int] = (0, 1, 2), **kwargs) -> pd.DataFrame:
     """Per-layer gradient norms at init for Post-LN and Pre-LN, averaged over ``seeds``.
 
@@ -177,6 +178,7 @@ def _sorting_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) ->
     return F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
 
 
+@exhibit
 def compare_placements_training(steps: int = 150, lr: float = 1e-3, warmup_steps: int = 0,
                                 num_layers: int = 6, d_model: int = 64, num_heads: int = 4, d_ff: int = 128,
                                 seed: int = 0, vocab_size: int = 16, seq_len: int = 10, batch_size: int = 32,
@@ -202,9 +204,9 @@ def compare_placements_training(steps: int = 150, lr: float = 1e-3, warmup_steps
     check_int("seed", seed, minimum=0)
     losses = {}
     for label, norm_first in PLACEMENTS.items():
-        torch.manual_seed(seed)
-        model = init_xavier_(SortingEncoder(vocab_size, num_layers, d_model, num_heads, d_ff, norm_first,
-                                            max_len=max(seq_len, 1)))
+        with seeded(seed):
+            model = init_xavier_(SortingEncoder(vocab_size, num_layers, d_model, num_heads, d_ff, norm_first,
+                                                max_len=max(seq_len, 1)))
         losses[label] = fit(model, lambda g: sorting_batch(g, batch_size, seq_len, vocab_size), _sorting_loss,
                             steps, lr=lr, warmup_steps=warmup_steps, seed=seed, progress=progress,
                             clip_grad_norm=clip_grad_norm)

@@ -35,10 +35,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_int, check_positive_float, check_tensor
 from transformer_course.nn.attention import MultiHeadAttention, _attention
 from transformer_course.nn.masks import validate_mask
-from .training import fit
+from transformer_course.measure.timing import threads
+from .training import fit, seeded
 
 RELATIONS = ("previous", "first", "marker", "digit")
 IGNORE_INDEX = -100
@@ -249,7 +251,7 @@ def train_lookup_model(
 ) -> tuple[LookupModel, list[float]]:
     """Build a :class:`LookupModel` from ``seed`` and train it on the four-lookups task with ``fit``.
 
-    The initial weights come from ``seed`` (the global RNG state is saved and restored), the
+    The initial weights come from ``seed`` (drawn inside ``training.seeded``), the
     batches from a generator seeded with ``seed``, and training runs on one CPU thread, so the
     same arguments give the same model.
 
@@ -269,19 +271,14 @@ def train_lookup_model(
     seed = check_int("seed", seed, minimum=0)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     check_positive_float("lr", lr)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         model = LookupModel(sum(_check_sizes(num_letters, num_markers, num_digits)), seq_len, d_model, num_heads)
 
     def make_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return make_lookup_batch(batch_size, generator, seq_len, num_letters, num_markers, num_digits)
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is as fast, and bitwise reproducible
-    try:
+    with threads(1):  # tiny matrices: one thread is as fast, and bitwise reproducible
         losses = fit(model, make_batch, lookup_loss, steps, lr=lr, seed=seed, progress=progress)
-    finally:
-        torch.set_num_threads(threads)
     return model, losses
 
 
@@ -300,6 +297,7 @@ def lookup_accuracy(model: LookupModel, tokens: torch.Tensor, sources: torch.Ten
     return pd.Series(accuracy.tolist(), index=list(RELATIONS[: len(accuracy)]), name="accuracy")
 
 
+@exhibit
 def head_relation_scores(weights: torch.Tensor, sources: torch.Tensor) -> pd.DataFrame:
     """Mean attention mass each head puts on the position each relation points to.
 
@@ -421,6 +419,7 @@ def ablate_heads(model: nn.Module, heads: Iterable[int]) -> nn.Module:
     return copied
 
 
+@exhibit
 def ablation_table(model: LookupModel, tokens: torch.Tensor, sources: torch.Tensor) -> pd.DataFrame:
     """Accuracy per relation with each single head removed (first row: no head removed).
 

@@ -21,10 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_choice, check_int, check_tensor
 from .data import BOS_ID, EOS_ID, PAD_ID, TASKS, VOCAB_SIZE, make_batch
 from transformer_course.nn.model import Transformer, TransformerConfig
-from .training import fit
+from .training import fit, seeded
 from transformer_course.measure.dependency import sees_future
 
 
@@ -60,10 +61,11 @@ def toy_transformer(d_model: int = 64, num_heads: int = 4, num_layers: int = 2, 
     The paper's architecture at toy size (the base model has d_model=512, 8 heads, 6 + 6 layers,
     d_ff=2048), with ``init_embeddings_`` applied.
     """
-    torch.manual_seed(check_int("seed", seed, minimum=0))
-    model = Transformer(TransformerConfig(VOCAB_SIZE, VOCAB_SIZE, d_model=d_model, num_heads=num_heads, num_encoder_layers=num_layers,
-                        num_decoder_layers=num_layers, d_ff=d_ff, dropout=dropout, max_len=64))
-    return init_embeddings_(model)
+    config = TransformerConfig(VOCAB_SIZE, VOCAB_SIZE, d_model=d_model, num_heads=num_heads,
+                               num_encoder_layers=num_layers, num_decoder_layers=num_layers, d_ff=d_ff,
+                               dropout=dropout, max_len=64)
+    with seeded(seed):
+        return init_embeddings_(Transformer(config))
 
 
 def seq2seq_loss(model: Transformer, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
@@ -157,6 +159,7 @@ def reads_memory(layer: nn.Module) -> bool:
     return "memory" in inspect.signature(layer.forward).parameters
 
 
+@exhibit
 def encoder_decoder_table(model: Transformer) -> pd.DataFrame:
     """Card DL0036's Table 1, with each cell derived from ``model``'s modules or measured on it.
 

@@ -1,8 +1,14 @@
-"""A small, explicit training loop for the toy tasks of the chapters (Adam, optional warm-up, tqdm)."""
+"""A small, explicit training loop for the toy tasks of the chapters (Adam, optional warm-up, tqdm).
+
+The seeding convention of the package: data come from a local ``torch.Generator``; initial
+weights are drawn inside ``seeded(seed)``, which forks the global RNG, so building a model never
+changes the caller's random state.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -11,6 +17,19 @@ from tqdm import tqdm
 from transformer_course._validation import check_int, check_positive_float
 
 Batch = tuple[torch.Tensor, ...]
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run the body with PyTorch's CPU RNG seeded to ``seed``, then give the caller back its own state.
+
+    Module constructors draw their initial weights from the global RNG; building a model inside
+    ``with seeded(seed):`` makes the weights a function of ``seed`` without touching the RNG that
+    the rest of a notebook uses.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(check_int("seed", seed, minimum=0))
+        yield
 
 
 def fit(

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_int, check_positive_float
 from transformer_course.nn.attention import hand_written_attention
 from transformer_course.nn.normalization import LayerNorm
@@ -67,6 +68,7 @@ def block_flops(n: int, d: int, expansion: float = 4, num_heads: int = 8) -> dic
     return parts
 
 
+@exhibit
 def flop_share_table(d: int = 512, lengths: tuple[int, ...] = (64, 256, 1024, 4096),
                      expansion: float = 4) -> pd.DataFrame:
     """The card DL0033 table: MHA and FFN shares (%) of a block's matrix-product FLOPs per length n.
@@ -93,6 +95,7 @@ def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
 
+@exhibit
 def parameter_breakdown(module: nn.Module, depth: int = 1) -> pd.DataFrame:
     """Parameters per named sub-module at ``depth`` (e.g. depth 1: encoder, decoder, embeddings).
 
@@ -183,6 +186,7 @@ def crossover_length(d: int, expansion: float = 4, num_heads: int = 8) -> int:
     return high
 
 
+@exhibit
 def component_share_table(d: int = 512, lengths: tuple[int, ...] = (64, 256, 1024, 4096),
                           expansion: float = 4, num_heads: int = 8,
                           include_softmax: bool = True) -> pd.DataFrame:
@@ -211,6 +215,7 @@ def component_share_table(d: int = 512, lengths: tuple[int, ...] = (64, 256, 102
     return pd.DataFrame(rows, index=pd.Index(lengths, name="n"))
 
 
+@exhibit
 def expansion_table(n: int = 64, d: int = 512, expansions: tuple[float, ...] = (4, 2, 1),
                     num_heads: int = 8) -> pd.DataFrame:
     """Each component's FLOPs at one (n, d) for several FFN expansions, and the largest component.
@@ -234,6 +239,7 @@ def expansion_table(n: int = 64, d: int = 512, expansions: tuple[float, ...] = (
 PARAMETER_GROUPS = ("feed-forward networks", "attention", "layer norms", "embeddings and output")
 
 
+@exhibit
 def parameter_groups(model: nn.Module) -> pd.DataFrame:
     """Parameters of ``model`` grouped by the kind of module that owns them, read off the module tree.
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_choice, check_int, check_tensor
 from transformer_course.nn.attention import hand_written_attention
 from transformer_course.nn.model import Transformer
@@ -147,6 +148,7 @@ def dependency_path(module: nn.Module, n: int, generator: torch.Generator | None
     return graph_path_lengths(output, tokens[0])
 
 
+@exhibit
 def depth_table(modules: dict[str, nn.Module], lengths: tuple[int, ...],
                 generator: torch.Generator | None = None) -> pd.DataFrame:
     """Dependency depth (longest path, token 1 -> output n) of each module for each length n.
@@ -191,6 +193,7 @@ def first_token_gradient_norm(module: nn.Module, n: int, generator: torch.Genera
     return float(grad.norm())
 
 
+@exhibit
 def gradient_table(modules: dict[str, nn.Module], lengths: tuple[int, ...], seed: int = 0) -> pd.DataFrame:
     """``first_token_gradient_norm`` of each module for each length n (the same inputs for all).
 
@@ -263,6 +266,7 @@ CARD_TABLE = {
 }
 
 
+@exhibit
 def comparison_table(rnn: nn.Module, layer: nn.Module, lengths: tuple[int, ...] = (16, 64),
                      seed: int = 0) -> pd.DataFrame:
     """The card DL0032 table, with a measured column for each model beside the card's words.
@@ -313,6 +317,7 @@ def comparison_table(rnn: nn.Module, layer: nn.Module, lengths: tuple[int, ...] 
     }, index=pd.Index(list(CARD_TABLE), name="Aspect"))
 
 
+@exhibit
 def measured_comparison(rnn: nn.Module, layer: nn.Module, lengths: tuple[int, ...],
                         seed: int = 0) -> pd.DataFrame:
     """Per-length numbers behind ``comparison_table``.

@@ -18,9 +18,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_int
 from transformer_course.nn.attention import scaled_dot_product_attention
-from .timing import fastest_seconds
+from .timing import median_times
 
 
 class MemoryTracker(TorchDispatchMode):
@@ -89,6 +90,7 @@ def peak_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[int,
     return tracker.peak_bytes, tracker.largest_numel
 
 
+@exhibit
 def measure_attention(lengths: Sequence[int], sparse: Callable[..., torch.Tensor], mask_fn: Callable[[int], torch.Tensor],
                       d_head: int = 64, repeats: int = 3, seed: int = 0, dtype: torch.dtype = torch.float32,
                       time_it: bool = True) -> pd.DataFrame:
@@ -103,8 +105,8 @@ def measure_attention(lengths: Sequence[int], sparse: Callable[..., torch.Tensor
         sparse: callable (q, k, v) -> out, e.g. ``lambda q, k, v: sliding_window_attention(q, k, v, 64)``.
         mask_fn: T -> (T, T) bool mask that ``sparse`` implements.
         d_head: head width Dh.
-        repeats: timed repeats per point, dense and sparse interleaved, after one warm-up call each;
-            the fastest is kept.
+        repeats: timed rounds per point, dense and sparse interleaved (``timing.median_times``);
+            the median is kept.
         seed: seed of the local generator for q, k, v.
         dtype: floating dtype of q, k, v.
         time_it: if False, only memory is measured (deterministic) and the time columns are NaN.
@@ -134,8 +136,8 @@ def measure_attention(lengths: Sequence[int], sparse: Callable[..., torch.Tensor
                "dense_ms": math.nan, "sparse_ms": math.nan}
         if time_it:
             with torch.inference_mode():
-                dense_s, sparse_s = fastest_seconds([dense, sparse_call], repeats)
-            row["dense_ms"], row["sparse_ms"] = 1e3 * dense_s, 1e3 * sparse_s
+                seconds = median_times({"dense": dense, "sparse": sparse_call}, repeats)
+            row["dense_ms"], row["sparse_ms"] = 1e3 * seconds["dense"], 1e3 * seconds["sparse"]
         rows.append(row)
     columns = ["dense_ms", "sparse_ms", "dense_MiB", "sparse_MiB", "dense_largest", "sparse_largest"]
     return pd.DataFrame(rows).set_index("T")[columns]

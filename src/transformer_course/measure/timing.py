@@ -1,7 +1,9 @@
-"""Wall-clock timing for the chapters: medians of repeats, and one block timed piece by piece.
+"""Wall-clock timing for the chapters, on ``torch.utils.benchmark``: medians of interleaved rounds.
 
 Timings on a shared CPU are noisy: report medians, compare ratios measured side by side (the
-models are timed in interleaved rounds, so a burst of load hits them all), never absolute seconds.
+calls are timed in interleaved rounds, so a burst of load hits them all), never absolute seconds.
+``median_times`` is the one timing helper; ``forward_time_table`` and ``time_block_components``
+build the chapters' tables on it.
 
 Shape legend: B batch, H heads, T = n length, D = d model width, Dh = D / H, F = d_ff.
 """
@@ -10,81 +12,72 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
 
 import pandas as pd
 import torch
 from torch import nn
+from torch.utils.benchmark import Timer
 
+from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_int, check_positive_float
 from .cost import BLOCK_COMPONENTS, block_flops
 
 
-def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` calls, after ``warmup`` untimed calls.
+def median_times(fns: Mapping[str, Callable[[], object]], repeats: int = 5,
+                 num_threads: int | None = None) -> dict[str, float]:
+    """Median seconds of one call of each function, over ``repeats`` interleaved rounds.
 
-    Raises:
-        TypeError: if ``fn`` is not callable or a count is not an int.
-        ValueError: if ``repeats`` < 1 or ``warmup`` < 0.
-    """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    repeats = check_int("repeats", repeats, minimum=1)
-    warmup = check_int("warmup", warmup, minimum=0)
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    Each round times every function once with ``torch.utils.benchmark.Timer``, which warms the
+    call up, runs it with ``num_threads`` intra-op threads and waits for a GPU to finish. Rounds
+    interleave the functions, so a slow moment of a shared machine slows every contender alike and
+    their ratios stay fair.
 
-
-def fastest_seconds(calls: Sequence[Callable[[], Any]], repeats: int = 5) -> list[float]:
-    """The fastest of ``repeats`` timings of each call, the calls interleaved after one warm-up each.
-
-    Interleaving exposes every call to the same background load, and the minimum is the timing
-    least disturbed by it (the convention of :mod:`timeit`).
-    """
-    for call in calls:
-        call()  # warm-up
-    best = [math.inf] * len(calls)
-    for _ in range(repeats):
-        for index, call in enumerate(calls):
-            start = time.perf_counter()
-            call()
-            best[index] = min(best[index], time.perf_counter() - start)
-    return best
-
-
-def interleaved_median_times(fns: dict[str, Callable[[], object]], repeats: int = 5,
-                             warmup: int = 1) -> dict[str, float]:
-    """Median seconds of each function, timed in rounds (one call of each per round).
-
-    Interleaving makes the ratios fair on a loaded machine: a slow moment slows every contender.
+    Args:
+        fns: name -> function of no arguments.
+        repeats: number of rounds (timed calls per function).
+        num_threads: PyTorch's intra-op threads while timing (default: the current count).
 
     Returns:
-        dict name -> median seconds.
+        dict name -> median seconds per call.
+
+    Raises:
+        TypeError: if ``fns`` is not a non-empty dict of callables.
+        ValueError: if ``repeats`` or ``num_threads`` is < 1.
     """
-    if not isinstance(fns, dict) or not fns or not all(callable(f) for f in fns.values()):
-        raise TypeError("fns must be a non-empty dict of name -> callable")
+    if not isinstance(fns, Mapping) or not fns:
+        raise TypeError(f"fns must be a non-empty dict of name -> callable, got {fns!r}")
+    for name, fn in fns.items():
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__} for {name!r}")
     repeats = check_int("repeats", repeats, minimum=1)
-    warmup = check_int("warmup", warmup, minimum=0)
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
+    num_threads = torch.get_num_threads() if num_threads is None else check_int("num_threads", num_threads, minimum=1)
+    timers = {name: Timer(stmt="fn()", globals={"fn": fn}, num_threads=num_threads) for name, fn in fns.items()}
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+        for name, timer in timers.items():
+            times[name].append(timer.timeit(1).median)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+@contextmanager
+def threads(num_threads: int | None) -> Iterator[None]:
+    """Run the body with ``torch.set_num_threads(num_threads)``, restoring the previous count.
+
+    ``None`` leaves the count alone. (Timing sets its threads itself; this is for training runs
+    that want one thread for bitwise-reproducible results.)
+    """
+    previous = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(check_int("num_threads", num_threads, minimum=1))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@exhibit
 def forward_time_table(modules: dict[str, nn.Module], lengths: tuple[int, ...], batch: int = 1,
                        repeats: int = 5, seed: int = 0, num_threads: int | None = None) -> pd.DataFrame:
     """Median forward time (ms, no grad) of each module for each length n, timed interleaved.
@@ -95,7 +88,7 @@ def forward_time_table(modules: dict[str, nn.Module], lengths: tuple[int, ...], 
         batch: batch size B.
         repeats: timed rounds per length.
         seed: seeds the inputs.
-        num_threads: if given, PyTorch's intra-op thread count while timing (restored after);
+        num_threads: PyTorch's intra-op thread count while timing (default: the current count);
             one thread keeps a shared, busy machine from adding thread-synchronization stalls.
 
     Returns:
@@ -112,30 +105,14 @@ def forward_time_table(modules: dict[str, nn.Module], lengths: tuple[int, ...], 
     batch = check_int("batch", batch, minimum=1)
     generator = torch.Generator().manual_seed(seed)
     rows = []
-    with threads(num_threads):
-        for n in lengths:
-            calls = {}
-            for name, module in modules.items():
-                x = torch.randn(batch, n, module.d_model, generator=generator)  # (B, T, D)
-                calls[name] = _no_grad_call(module, x)
-            medians = interleaved_median_times(calls, repeats=repeats)
-            rows.append({f"{name} (ms)": 1e3 * seconds for name, seconds in medians.items()})
+    for n in lengths:
+        calls = {}
+        for name, module in modules.items():
+            x = torch.randn(batch, n, module.d_model, generator=generator)  # (B, T, D)
+            calls[name] = _no_grad_call(module, x)
+        medians = median_times(calls, repeats=repeats, num_threads=num_threads)
+        rows.append({f"{name} (ms)": 1e3 * seconds for name, seconds in medians.items()})
     return pd.DataFrame(rows, index=pd.Index(lengths, name="n"))
-
-
-@contextmanager
-def threads(num_threads: int | None) -> Iterator[None]:
-    """Run the body with ``torch.set_num_threads(num_threads)``, restoring the previous count.
-
-    ``None`` leaves the count alone.
-    """
-    previous = torch.get_num_threads()
-    if num_threads is not None:
-        torch.set_num_threads(check_int("num_threads", num_threads, minimum=1))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _no_grad_call(module: nn.Module, x: torch.Tensor) -> Callable[[], object]:
@@ -145,6 +122,7 @@ def _no_grad_call(module: nn.Module, x: torch.Tensor) -> Callable[[], object]:
     return call
 
 
+@exhibit
 def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float = 4, batch: int = 1,
                           repeats: int = 5, seed: int = 0, num_threads: int | None = None) -> pd.DataFrame:
     """Wall-clock time of each piece of one Transformer block beside its share of the FLOPs.
@@ -200,8 +178,8 @@ def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float =
         "softmax": lambda: scores.softmax(dim=-1),  # (B, H, T, T)
         "ffn": lambda: linear2(torch.relu(linear1(x))),  # (B, T, D)
     }
-    with torch.no_grad(), threads(num_threads):
-        seconds = interleaved_median_times(calls, repeats=repeats)
+    with torch.no_grad():
+        seconds = median_times(calls, repeats=repeats, num_threads=num_threads)
     frame = pd.DataFrame({
         "time (ms)": [1e3 * seconds[c] for c in BLOCK_COMPONENTS],
         "FLOPs": [batch * flops[c] for c in BLOCK_COMPONENTS],

@@ -20,6 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
+from transformer_course._exhibit import exhibit
 from transformer_course.nn.layers import DecoderLayer, EncoderLayer
 from transformer_course.nn.model import Transformer
 from transformer_course.measure.dependency import sees_future
@@ -81,6 +82,7 @@ def _draw_layer_block(ax: Axes, layer: EncoderLayer | DecoderLayer, x: float, y:
     return y, centres
 
 
+@exhibit
 def plot_transformer(model: Transformer) -> Figure:
     """The encoder-decoder architecture, bottom to top, drawn from a ``Transformer`` instance.
 
@@ -166,6 +168,7 @@ def plot_transformer(model: Transformer) -> Figure:
     return figure
 
 
+@exhibit
 def plot_encoder_and_decoder_layers(encoder_layer: EncoderLayer, decoder_layer: DecoderLayer) -> Figure:
     """One encoder layer (left) beside one decoder layer (right), each drawn by ``plot_layer``.
 
@@ -185,6 +188,7 @@ def plot_encoder_and_decoder_layers(encoder_layer: EncoderLayer, decoder_layer: 
     return figure
 
 
+@exhibit
 def plot_stacks(model: Transformer) -> Figure:
     """Both stacks layer by layer, a dashed line between them, and the cross-attention bridge.
 
@@ -268,6 +272,7 @@ def _mask_panel(ax: Axes, mask: torch.Tensor, row_label: str, column_label: str,
     ax.set_title(title, fontsize=9)
 
 
+@exhibit
 def plot_attention_sources(encoder_mask: torch.Tensor, decoder_mask: torch.Tensor,
                            cross_mask: torch.Tensor) -> Figure:
     """Where Q, K and V come from in the three attention types, each above its boolean mask.
@@ -318,6 +323,7 @@ def plot_attention_sources(encoder_mask: torch.Tensor, decoder_mask: torch.Tenso
     return figure
 
 
+@exhibit
 def plot_loss_curve(losses: list[float], title: str = "Training loss") -> Figure:
     """Per-step training loss (log scale) with a moving average.
 

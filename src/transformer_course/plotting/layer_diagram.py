@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Circle, FancyBboxPatch
 from torch import nn
 
+from transformer_course._exhibit import exhibit
 from transformer_course.nn.layers import DecoderLayer, EncoderLayer
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
@@ -147,6 +148,7 @@ def _limits(layer: EncoderLayer | DecoderLayer) -> tuple[float, float]:
     return -1.2, _height(layer) + 0.75
 
 
+@exhibit
 def plot_layer(layer: EncoderLayer | DecoderLayer, ax: Axes | None = None) -> Figure:
     """Draw one encoder or decoder layer as a bottom-to-top flow read off the module.
 
@@ -227,6 +229,7 @@ def plot_layer(layer: EncoderLayer | DecoderLayer, ax: Axes | None = None) -> Fi
     return ax.figure
 
 
+@exhibit
 def plot_layer_placement(post_ln_layer: EncoderLayer | DecoderLayer,
                          pre_ln_layer: EncoderLayer | DecoderLayer) -> Figure:
     """Post-LN (left) and Pre-LN (right) versions of a layer, side by side.

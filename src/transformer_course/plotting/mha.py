@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
+from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_int, check_tensor
 from transformer_course.nn.attention import MultiHeadAttention
 from .blocks import blank_axes, draw_arrow, draw_box
@@ -51,6 +52,7 @@ def mha_pipeline_labels(module: MultiHeadAttention) -> dict[str, str]:
     }
 
 
+@exhibit
 def plot_mha_pipeline(module: MultiHeadAttention, max_heads_drawn: int = 4) -> Figure:
     """Diagram of ``module``: project -> split into H heads -> attend in parallel -> concat -> W^O.
 
@@ -106,6 +108,7 @@ def plot_mha_pipeline(module: MultiHeadAttention, max_heads_drawn: int = 4) -> F
     return fig
 
 
+@exhibit
 def plot_head_maps(weights: torch.Tensor, tokens: Sequence[str], titles: Sequence[str] | None = None) -> Figure:
     """One heatmap per head of the attention weights of one input (rows: queries, columns: keys).
 
@@ -147,6 +150,7 @@ def plot_head_maps(weights: torch.Tensor, tokens: Sequence[str], titles: Sequenc
     return fig
 
 
+@exhibit
 def plot_relation_scores(scores: pd.DataFrame) -> Figure:
     """Annotated heatmap of a heads x relations score table (values in [0, 1]).
 

@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from torch import nn
 
+from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_int
 from transformer_course.nn.attention import MultiHeadAttention
 from transformer_course.nn.feedforward import FeedForward
@@ -39,6 +40,7 @@ def _block_rows(layer: nn.Module) -> list[tuple[str, str]]:
     return labelled
 
 
+@exhibit
 def plot_rnn_vs_transformer(rnn: nn.Module, layer: nn.Module, n: int = 5) -> Figure:
     """An unrolled RNN (a chain of n cells) beside a Transformer block that takes all n tokens at once.
 
@@ -92,6 +94,7 @@ def plot_rnn_vs_transformer(rnn: nn.Module, layer: nn.Module, n: int = 5) -> Fig
     return fig
 
 
+@exhibit
 def plot_dependency_depth(depths: pd.DataFrame) -> Figure:
     """Measured dependency depth (longest autograd path, token 1 -> output n) against n.
 
@@ -118,6 +121,7 @@ def plot_dependency_depth(depths: pd.DataFrame) -> Figure:
     return fig
 
 
+@exhibit
 def plot_gradient_reach(gradients: pd.DataFrame) -> Figure:
     """Gradient norm reaching token 1 from output n against n, on a log scale.
 
