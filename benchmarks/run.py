@@ -35,11 +35,11 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from transformer_course.measure.timing import median_times
 from transformer_course.nn.attention import MultiHeadAttention
-from transformer_course.nn.sparse_attention import dilated_attention, sliding_window_attention
 from transformer_course.nn.interop import to_torch_multihead_attention
 from transformer_course.nn.masks import dilated_mask, sliding_window_mask
-from transformer_course.measure.timing import median_times
+from transformer_course.nn.sparse_attention import dilated_attention, sliding_window_attention
 
 RESULTS = Path(__file__).resolve().parent / "results"
 IMPLEMENTATIONS = {

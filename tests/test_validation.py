@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from transformer_course.nn.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer_course.experiments.training import fit
 from transformer_course.measure.cost import block_flops, count_parameters, measure_flops, parameter_breakdown
+from transformer_course.nn.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_course.nn.feedforward import FeedForward
 from transformer_course.nn.layers import DecoderLayer, EncoderLayer
 from transformer_course.nn.masks import causal_mask, dilated_mask, padding_mask, sliding_window_mask
@@ -13,7 +14,6 @@ from transformer_course.nn.normalization import LayerNorm
 from transformer_course.nn.positional import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding, alibi_bias,
                                            rotary_embedding, sinusoidal_encoding)
 from transformer_course.nn.rnn import ElmanRNN
-from transformer_course.experiments.training import fit
 
 q = torch.randn(1, 2, 4, 8)
 x = torch.randn(2, 5, 16)

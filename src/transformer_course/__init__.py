@@ -17,9 +17,9 @@ Tensors are batch first. Masks are ``torch.bool`` and broadcastable to (B, H, T,
 Subpackages, lowest layer first; a layer imports only the layers below it (a contract test,
 ``tests/test_layers_contract.py``, enforces it with import-linter):
 
-    nn           the Transformer itself: masks, attention, sparse attention, positional
-                 encodings, feed-forward, normalization, layers, model, KV cache, RNN baseline,
-                 interop with PyTorch's modules (torch and the standard library only)
+    nn           the Transformer itself, torch and the standard library only: masks, attention,
+                 sparse_attention, positional, feedforward, normalization, layers, model,
+                 kv_cache, rnn (the baseline), interop (our weights in PyTorch's modules)
     measure      FLOPs and parameters, timing, memory, autograd-graph paths, receptive fields
     experiments  toy data, the training loop, the chapters' experiments
     plotting     figures: one module per concern, diagrams drawn from modules

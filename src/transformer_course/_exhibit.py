@@ -1,10 +1,8 @@
-"""Figures and tables that say who made them: a maker stamps its dotted name on what it returns.
+"""Figures and tables that say who made them: ``@exhibit`` stamps a maker's dotted name on its result.
 
-The course's figure index and its slide export list, for every figure and table of the chapters,
-the package function that made it. Each such function is decorated with ``@exhibit``; the
-``Figure`` or ``DataFrame`` it returns carries the stamp (a ``DataFrame`` in ``attrs``, which
-pandas keeps through ``.round()``, ``.style`` and friends), and ``course.notebook`` copies the
-stamp into the metadata of the notebook output that shows it, where ``course.provenance`` reads it.
+A ``DataFrame`` keeps the stamp in ``attrs`` (through ``.round()``, ``.style``...), a ``Figure`` as an
+attribute; ``course.notebook`` copies it into the metadata of the output that shows it, where
+``course.provenance`` (the figure index) and ``tools/export_figures.py`` read it.
 """
 
 from __future__ import annotations

@@ -64,6 +64,32 @@ def check_features(name: str, value: object, d_model: int, ndim: int | None = No
     return value
 
 
+def check_sizes(name: str, values: object) -> tuple[int, ...]:
+    """Return ``values`` as a tuple if it is a non-empty list or tuple of ints >= 1, else raise."""
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError(f"{name} must be a non-empty list or tuple of ints, got {values!r}")
+    return tuple(check_int(name, value, minimum=1) for value in values)
+
+
+def check_sequence_models(modules: object) -> dict:
+    """Return ``modules`` if it is a non-empty dict of name -> ``nn.Module`` with an int ``d_model``."""
+    if not isinstance(modules, dict) or not modules:
+        raise ValueError(f"modules must be a non-empty dict of name -> module, got {modules!r}")
+    for name, module in modules.items():
+        if not isinstance(module, torch.nn.Module) or not isinstance(getattr(module, "d_model", None), int):
+            raise TypeError(f"modules[{name!r}] must be an nn.Module with an int d_model (its input width)")
+    return modules
+
+
+def check_instance(name: str, value: object, kind: type, description: str | None = None) -> object:
+    """Return ``value`` if it is an instance of ``kind``, else raise a TypeError naming ``name``."""
+    if not isinstance(value, kind):
+        description = description or kind.__name__
+        article = "an" if description[0] in "AEIOUaeiou" else "a"
+        raise TypeError(f"{name} must be {article} {description}, got {type(value).__name__}")
+    return value
+
+
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     """Return ``value`` if it is one of ``choices``, else raise."""
     if value not in choices:

@@ -203,30 +203,41 @@ def _exercise_cell_problems(chapter: Chapter, exercise: Exercise) -> list[str]:
         problems.append(f"{where}: the solution-start cell must name the label {exercise.label}")
     if ":class: dropdown" not in cell_source(start):
         problems.append(f"{where}: the solution-start cell needs ':class: dropdown'")
-    expected_solution = {"grade": False, "solution": True, "locked": False,
-                         "grade_id": f"{exercise.label}-solution", "schema_version": 3}
-    meta = nbgrader_metadata(solution)
-    if solution.get("cell_type") != "code" or any(meta.get(k) != v for k, v in expected_solution.items()):
-        problems.append(f"{where}: the solution cell must be a code cell with nbgrader metadata "
-                        f"{expected_solution}, found {meta}")
-    source = cell_source(solution)
-    if "### BEGIN SOLUTION" not in source or "### END SOLUTION" not in source:
-        problems.append(f"{where}: the solution cell must contain ### BEGIN SOLUTION / ### END SOLUTION")
-    expected_tests = {"grade": True, "solution": False, "locked": True,
-                      "grade_id": f"{exercise.label}-tests", "schema_version": 3}
-    meta = nbgrader_metadata(tests)
-    if tests.get("cell_type") != "code" or any(meta.get(k) != v for k, v in expected_tests.items()):
-        problems.append(f"{where}: the test cell must be a code cell with nbgrader metadata "
-                        f"{expected_tests} and points, found {meta}")
+    for cell, role, graded, markers in ((solution, "solution", False, "SOLUTION"),
+                                        (tests, "tests", True, "HIDDEN TESTS")):
+        what = "solution cell" if role == "solution" else "test cell"
+        expected = {"grade": graded, "solution": not graded, "locked": graded,
+                    "grade_id": f"{exercise.label}-{role}", "schema_version": 3}
+        meta = nbgrader_metadata(cell)
+        if cell.get("cell_type") != "code" or any(meta.get(k) != v for k, v in expected.items()):
+            problems.append(f"{where}: the {what} must be a code cell with nbgrader metadata "
+                            f"{expected}{' and points' if graded else ''}, found {meta}")
+        if f"### BEGIN {markers}" not in cell_source(cell) or f"### END {markers}" not in cell_source(cell):
+            problems.append(f"{where}: the {what} must contain ### BEGIN {markers} / ### END {markers}")
     if "remove-cell" not in cell_tags(tests):
         problems.append(f"{where}: the test cell must be tagged remove-cell")
     source = cell_source(tests)
-    if "### BEGIN HIDDEN TESTS" not in source or "### END HIDDEN TESTS" not in source:
-        problems.append(f"{where}: the test cell must contain ### BEGIN HIDDEN TESTS / ### END HIDDEN TESTS")
     if "transformer_course.course.checks" not in source:
         problems.append(f"{where}: the test cell must give feedback through transformer_course.course.checks")
     if re.search(r"^\s*assert\b", source, re.MULTILINE):
         problems.append(f"{where}: the test cell uses a bare assert; use transformer_course.course.checks")
+    return problems
+
+
+def _points_problems(chapter: Chapter, exercise: Exercise) -> list[str]:
+    """The points of the header against the test cell's, and objectives the chapter does not list."""
+    where, problems = f"{chapter.stem} {exercise.label}", []
+    if exercise.points is None:
+        problems.append(f"{where}: no '**N points · objectives i, j.**' header")
+    elif exercise.test_points is None:
+        problems.append(f"{where}: no nbgrader test cell {exercise.label}-tests with points")
+    elif exercise.points != exercise.test_points:
+        problems.append(f"{where}: the text says {exercise.points} points, "
+                        f"the test cell's nbgrader points are {exercise.test_points}")
+    unknown = [n for n in exercise.objectives if n not in chapter.objectives]
+    if unknown:
+        problems.append(f"{where}: refers to objectives {unknown}, which the chapter "
+                        f"does not list (it has {sorted(chapter.objectives)})")
     return problems
 
 
@@ -259,17 +270,7 @@ def format_problems(chapter: Chapter, min_exercises: int = 2, max_exercises: int
         expected_label = f"dl{chapter.number}-ex{k}"
         if exercise.label != expected_label:
             problems.append(f"{stem}: exercise {k} has label {exercise.label!r}, expected {expected_label!r}")
-        if exercise.points is None:
-            problems.append(f"{stem} {exercise.label}: no '**N points · objectives i, j.**' header")
-        elif exercise.test_points is None:
-            problems.append(f"{stem} {exercise.label}: no nbgrader test cell {exercise.label}-tests with points")
-        elif exercise.points != exercise.test_points:
-            problems.append(f"{stem} {exercise.label}: the text says {exercise.points} points, "
-                            f"the test cell's nbgrader points are {exercise.test_points}")
-        unknown = [n for n in exercise.objectives if n not in chapter.objectives]
-        if unknown:
-            problems.append(f"{stem} {exercise.label}: refers to objectives {unknown}, which the chapter "
-                            f"does not list (it has {sorted(chapter.objectives)})")
+        problems.extend(_points_problems(chapter, exercise))
         problems.extend(_exercise_cell_problems(chapter, exercise))
     expected_ids = {f"{e.label}-{kind}" for e in chapter.exercises for kind in ("solution", "tests")}
     marker_cells = {e.cell_index + offset for e in chapter.exercises for offset in (1, 3)}
@@ -304,15 +305,7 @@ def exercise_table(notebook_paths: Iterable[str | Path]) -> pd.DataFrame:
     for path in notebook_paths:
         chapter = read_chapter(path)
         for exercise in chapter.exercises:
-            if exercise.points is None or exercise.test_points is None:
-                problems.append(f"{chapter.stem} {exercise.label}: header points {exercise.points}, "
-                                f"test cell points {exercise.test_points}")
-            elif exercise.points != exercise.test_points:
-                problems.append(f"{chapter.stem} {exercise.label}: the text says {exercise.points} points, "
-                                f"the test cell's nbgrader points are {exercise.test_points}")
-            unknown = [n for n in exercise.objectives if n not in chapter.objectives]
-            if unknown:
-                problems.append(f"{chapter.stem} {exercise.label}: objectives {unknown} are not listed")
+            problems.extend(_points_problems(chapter, exercise))
             rows.append({
                 "chapter": chapter.stem,
                 "exercise": exercise.label,

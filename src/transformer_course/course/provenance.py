@@ -26,8 +26,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
 from .ipynb import cell_tags, chapter_title, course_notebooks, read_notebook
 from .notebook import PROVENANCE_KEY
 
@@ -122,15 +120,6 @@ def course_exhibits(chapters: str | Path, toc: str | Path | None = None,
     return found
 
 
-def exhibits_frame(exhibits: list[Exhibit]) -> pd.DataFrame:
-    """The exhibits as a table: one row each, columns chapter, exhibit, caption, made by, anchor."""
-    return pd.DataFrame(
-        [{"chapter": e.notebook, "exhibit": e.label, "caption": e.caption,
-          "made by": e.function or "", "anchor": e.name or ""} for e in exhibits],
-        columns=["chapter", "exhibit", "caption", "made by", "anchor"],
-    )
-
-
 def _cell_text(text: str) -> str:
     """Text safe inside one cell of a Markdown pipe table."""
     return " ".join(text.split()).replace("|", "\\|")
@@ -167,4 +156,3 @@ def exhibits_markdown(exhibits: list[Exhibit]) -> str:
         made_by = f"`{e.function.removeprefix(PACKAGE + '.')}`" if e.function else "(no package function found)"
         lines.append(f"| {chapter} | {target} | {_cell_text(e.caption)} | {made_by} |")
     return "\n".join(lines) + "\n"
-

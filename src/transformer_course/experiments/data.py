@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from transformer_course._validation import check_choice, check_int, check_tensor
+from transformer_course._validation import check_choice, check_instance, check_int, check_tensor
 
 PAD_ID = 0
 BOS_ID = 1
@@ -79,8 +79,7 @@ def sample_digits(batch_size: int, length: int, generator: torch.Generator, spli
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
     length = check_int("length", length, minimum=1)
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    check_instance("generator", generator, torch.Generator, "torch.Generator")
     check_choice("split", split, SPLITS)
     wanted = split == "heldout"
     rows: list[torch.Tensor] = []

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_course._exhibit import exhibit
-from transformer_course._validation import check_bool, check_choice, check_int
+from transformer_course._validation import check_bool, check_choice, check_instance, check_int
 from transformer_course.nn.model import Encoder
 from transformer_course.nn.positional import SinusoidalPositionalEncoding
 from .training import fit, seeded
@@ -48,8 +48,7 @@ def init_xavier_(module: nn.Module) -> nn.Module:
     Raises:
         TypeError: if ``module`` is not an ``nn.Module``.
     """
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    check_instance("module", module, nn.Module, "torch.nn.Module")
     with torch.no_grad():
         for name, parameter in module.named_parameters():
             if parameter.dim() >= 2:

@@ -36,10 +36,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_course._exhibit import exhibit
-from transformer_course._validation import check_int, check_positive_float, check_tensor
+from transformer_course._validation import check_instance, check_int, check_positive_float, check_tensor
+from transformer_course.measure.timing import threads
 from transformer_course.nn.attention import MultiHeadAttention, _attention
 from transformer_course.nn.masks import validate_mask
-from transformer_course.measure.timing import threads
 from .training import fit, seeded
 
 RELATIONS = ("previous", "first", "marker", "digit")
@@ -47,8 +47,7 @@ IGNORE_INDEX = -100
 
 
 def _check_generator(generator: object) -> torch.Generator:
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    check_instance("generator", generator, torch.Generator, "torch.Generator")
     return generator
 
 
@@ -331,8 +330,7 @@ def head_relation_scores(weights: torch.Tensor, sources: torch.Tensor) -> pd.Dat
 
 def assign_heads(scores: pd.DataFrame) -> dict[str, int]:
     """For each relation (column), the head (row index) with the highest score."""
-    if not isinstance(scores, pd.DataFrame):
-        raise TypeError(f"scores must be a pandas.DataFrame, got {type(scores).__name__}")
+    check_instance("scores", scores, pd.DataFrame, "pandas.DataFrame")
     return {str(relation): int(scores[relation].to_numpy().argmax()) for relation in scores.columns}
 
 
@@ -372,8 +370,7 @@ def per_head_attention(module: MultiHeadAttention, query: torch.Tensor, key: tor
 
     Vaswani et al., 2017, section 3.2.2.
     """
-    if not isinstance(module, MultiHeadAttention):
-        raise TypeError(f"module must be a MultiHeadAttention, got {type(module).__name__}")
+    check_instance("module", module, MultiHeadAttention)
     module._check_inputs(query, key, value)
     if mask is not None:
         validate_mask(mask, query.shape[1], key.shape[1])
@@ -402,8 +399,7 @@ def ablate_heads(model: nn.Module, heads: Iterable[int]) -> nn.Module:
     Raises:
         ValueError: if ``model`` has no MultiHeadAttention or a head index is out of range.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_instance("model", model, nn.Module, "torch.nn.Module")
     copied = copy.deepcopy(model)
     attention = next((m for m in copied.modules() if isinstance(m, MultiHeadAttention)), None)
     if attention is None:

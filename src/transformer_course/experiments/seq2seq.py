@@ -22,16 +22,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_course._exhibit import exhibit
-from transformer_course._validation import check_choice, check_int, check_tensor
-from .data import BOS_ID, EOS_ID, PAD_ID, TASKS, VOCAB_SIZE, make_batch
-from transformer_course.nn.model import Transformer, TransformerConfig
-from .training import fit, seeded
+from transformer_course._validation import check_choice, check_instance, check_int, check_tensor
 from transformer_course.measure.dependency import sees_future
+from transformer_course.nn.model import Transformer, TransformerConfig
+from .data import BOS_ID, EOS_ID, PAD_ID, TASKS, VOCAB_SIZE, make_batch
+from .training import fit, seeded
 
 
 def _check_model(model: object) -> Transformer:
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model must be a transformer_course.nn.model.Transformer, got {type(model).__name__}")
+    check_instance("model", model, Transformer, "transformer_course.nn.model.Transformer")
     return model
 
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from transformer_course._validation import check_int, check_positive_float
+from transformer_course._validation import check_instance, check_int, check_positive_float
 
 Batch = tuple[torch.Tensor, ...]
 
@@ -59,8 +59,7 @@ def fit(
     Returns:
         The training loss at every step, as Python floats.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_instance("model", model, nn.Module, "torch.nn.Module")
     steps = check_int("steps", steps, minimum=1)
     lr = check_positive_float("lr", lr)
     warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)

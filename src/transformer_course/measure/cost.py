@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_course._exhibit import exhibit
-from transformer_course._validation import check_int, check_positive_float
+from transformer_course._validation import check_instance, check_int, check_positive_float, check_sizes
 from transformer_course.nn.attention import hand_written_attention
 from transformer_course.nn.normalization import LayerNorm
 
@@ -90,8 +90,7 @@ def flop_share_table(d: int = 512, lengths: tuple[int, ...] = (64, 256, 1024, 40
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
     """Number of distinct parameters of ``module`` (shared tensors counted once)."""
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    check_instance("module", module, nn.Module, "torch.nn.Module")
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
 
@@ -105,8 +104,7 @@ def parameter_breakdown(module: nn.Module, depth: int = 1) -> pd.DataFrame:
     Returns:
         DataFrame indexed by "component" with columns "parameters" and "share (%)".
     """
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    check_instance("module", module, nn.Module, "torch.nn.Module")
     depth = check_int("depth", depth, minimum=1)
     counts: dict[str, int] = {}
     for name, parameter in module.named_parameters():  # named_parameters skips shared duplicates
@@ -147,8 +145,7 @@ def decoder_layer_parameters(d_model: int, d_ff: int, activation: str = "relu") 
 
 def measure_flops(module: nn.Module, *inputs: Any, **kwargs: Any) -> int:
     """Total FLOPs of ``module(*inputs, **kwargs)`` counted by ``FlopCounterMode`` (matrix products)."""
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    check_instance("module", module, nn.Module, "torch.nn.Module")
     counter = FlopCounterMode(display=False)
     with hand_written_attention(module), counter, torch.no_grad():
         module(*inputs, **kwargs)
@@ -203,10 +200,8 @@ def component_share_table(d: int = 512, lengths: tuple[int, ...] = (64, 256, 102
     Returns:
         DataFrame indexed by "n" with one column per component; each row sums to 100.
     """
-    if not isinstance(lengths, (list, tuple)) or not lengths:
-        raise ValueError(f"lengths must be a non-empty list or tuple of ints, got {lengths!r}")
     rows = []
-    for n in lengths:
+    for n in check_sizes("lengths", lengths):
         parts = block_flops(n, d, expansion, num_heads)
         if not include_softmax:
             parts["softmax"] = 0
@@ -260,8 +255,7 @@ def parameter_groups(model: nn.Module) -> pd.DataFrame:
     Raises:
         TypeError: if ``model`` is not an ``nn.Module``.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_instance("model", model, nn.Module, "torch.nn.Module")
     ffn, attention, norms, rest = PARAMETER_GROUPS
     owners: list[tuple[nn.Module, str]] = []
     for module in model.modules():

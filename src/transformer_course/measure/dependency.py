@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pandas as pd
@@ -29,7 +30,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from transformer_course._exhibit import exhibit
-from transformer_course._validation import check_choice, check_int, check_tensor
+from transformer_course._validation import (check_choice, check_instance, check_int, check_sequence_models, check_sizes,
+                                            check_tensor)
 from transformer_course.nn.attention import hand_written_attention
 from transformer_course.nn.model import Transformer
 from .cost import count_parameters
@@ -55,20 +57,6 @@ class Gemm(NamedTuple):
     def flops(self) -> int:
         """2 m k n per product (a multiply-add counts 2), times the batch."""
         return 2 * self.batch * self.m * self.k * self.n
-
-
-def _check_module(module: object) -> nn.Module:
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
-    if not isinstance(getattr(module, "d_model", None), int):
-        raise TypeError(f"module must have an int attribute d_model (its input width), got {type(module).__name__}")
-    return module
-
-
-def _check_lengths(lengths: object) -> tuple[int, ...]:
-    if not isinstance(lengths, (list, tuple)) or not lengths:
-        raise ValueError(f"lengths must be a non-empty list or tuple of ints, got {lengths!r}")
-    return tuple(check_int("lengths", n, minimum=1) for n in lengths)
 
 
 def graph_path_lengths(output: torch.Tensor, source: torch.Tensor) -> PathLengths:
@@ -141,7 +129,7 @@ def dependency_path(module: nn.Module, n: int, generator: torch.Generator | None
     Returns:
         ``PathLengths(shortest, longest)``; ``longest`` is the dependency depth (sequential steps).
     """
-    module = _check_module(module)
+    module = check_sequence_models({"module": module})["module"]
     n = check_int("n", n, minimum=1)
     tokens, x = _token_inputs(n, module.d_model, generator)
     output = module(x)[:, -1]  # (1, D): the last token's output
@@ -156,12 +144,7 @@ def depth_table(modules: dict[str, nn.Module], lengths: tuple[int, ...],
     Returns:
         DataFrame indexed by "n" with one integer column per module name.
     """
-    if not isinstance(modules, dict) or not modules:
-        raise ValueError(f"modules must be a non-empty dict of name -> module, got {modules!r}")
-    lengths = _check_lengths(lengths)
-    rows = {name: [dependency_path(module, n, generator).longest for n in lengths]
-            for name, module in modules.items()}
-    return pd.DataFrame(rows, index=pd.Index(lengths, name="n"))
+    return _per_length(modules, lengths, lambda module, n: dependency_path(module, n, generator).longest)
 
 
 def first_token_gradient_norm(module: nn.Module, n: int, generator: torch.Generator | None = None) -> float:
@@ -182,7 +165,7 @@ def first_token_gradient_norm(module: nn.Module, n: int, generator: torch.Genera
 
     Hochreiter, 1991; Bengio, Simard and Frasconi, 1994 (vanishing gradients).
     """
-    module = _check_module(module)
+    module = check_sequence_models({"module": module})["module"]
     n = check_int("n", n, minimum=1)
     model = copy.deepcopy(module).double().eval()
     tokens, x = _token_inputs(n, model.d_model, generator, dtype=torch.float64)
@@ -200,11 +183,15 @@ def gradient_table(modules: dict[str, nn.Module], lengths: tuple[int, ...], seed
     Returns:
         DataFrame indexed by "n" with one float column per module name.
     """
-    if not isinstance(modules, dict) or not modules:
-        raise ValueError(f"modules must be a non-empty dict of name -> module, got {modules!r}")
-    lengths = _check_lengths(lengths)
-    rows = {name: [first_token_gradient_norm(module, n, torch.Generator().manual_seed(seed)) for n in lengths]
-            for name, module in modules.items()}
+    return _per_length(modules, lengths,
+                       lambda module, n: first_token_gradient_norm(module, n, torch.Generator().manual_seed(seed)))
+
+
+def _per_length(modules: dict[str, nn.Module], lengths: tuple[int, ...],
+                measure: Callable[[nn.Module, int], float]) -> pd.DataFrame:
+    """A table indexed by "n" with one column per module: ``measure(module, n)``."""
+    lengths = check_sizes("lengths", lengths)
+    rows = {name: [measure(module, n) for n in lengths] for name, module in check_sequence_models(modules).items()}
     return pd.DataFrame(rows, index=pd.Index(lengths, name="n"))
 
 
@@ -249,8 +236,7 @@ def count_matmuls(module: nn.Module, x: torch.Tensor) -> list[Gemm]:
         A list of ``Gemm(op, batch, m, k, n)``; ``batch`` counts independent products run by
         one kernel (the heads of a batched ``@``).
     """
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    check_instance("module", module, nn.Module, "torch.nn.Module")
     check_tensor("x", x)
     recorder = _GemmRecorder()
     with hand_written_attention(module), torch.no_grad(), recorder:
@@ -288,7 +274,7 @@ def comparison_table(rnn: nn.Module, layer: nn.Module, lengths: tuple[int, ...] 
         DataFrame indexed by "Aspect" with columns "RNN (card)", "Transformer (card)",
         "RNN (measured)", "Transformer (measured)".
     """
-    lengths = _check_lengths(lengths)
+    lengths = check_sizes("lengths", lengths)
     if len(lengths) < 2 or list(lengths) != sorted(set(lengths)):
         raise ValueError(f"lengths must hold at least two increasing lengths, got {lengths!r}")
     first, last = lengths[0], lengths[-1]
@@ -333,9 +319,9 @@ def measured_comparison(rnn: nn.Module, layer: nn.Module, lengths: tuple[int, ..
         forward), "median GEMM FLOPs" (the size of a typical product), "grad norm" (``first_token_gradient_norm``) and
         "parameters"; models "RNN" and "Transformer".
     """
-    lengths = _check_lengths(lengths)
+    lengths = check_sizes("lengths", lengths)
     columns: dict[tuple[str, str], list] = {}
-    for name, module in (("RNN", _check_module(rnn)), ("Transformer", _check_module(layer))):
+    for name, module in check_sequence_models({"RNN": rnn, "Transformer": layer}).items():
         for n in lengths:
             x = torch.randn(1, n, module.d_model, generator=torch.Generator().manual_seed(seed))  # (1, T, D)
             gemms = count_matmuls(module, x)
@@ -370,8 +356,7 @@ def sees_future(model: Transformer, stack: str, length: int = 6, seed: int = 0) 
     Returns:
         True if position 0 depends on position ``length - 1``.
     """
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model must be a transformer_course.nn.model.Transformer, got {type(model).__name__}")
+    check_instance("model", model, Transformer, "transformer_course.nn.model.Transformer")
     check_choice("stack", stack, ("encoder", "decoder"))
     length = check_int("length", length, minimum=2)
     generator = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))

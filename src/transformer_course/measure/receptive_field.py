@@ -23,20 +23,6 @@ import torch
 from transformer_course._validation import check_int
 from transformer_course.nn.masks import dilated_mask, dilated_sliding_window_mask, sliding_window_mask
 
-__all__ = [
-    "bool_matmul",
-    "coverage_gaps",
-    "dilation_schedule_masks",
-    "global_token_mask",
-    "layers_to_cover",
-    "reachability",
-    "reachability_by_depth",
-    "receptive_field",
-    "schedule_reach",
-    "unreachable_pairs",
-]
-
-
 def _check_square_mask(name: str, mask: object, t: int | None = None) -> torch.Tensor:
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__

@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.benchmark import Timer
 
 from transformer_course._exhibit import exhibit
-from transformer_course._validation import check_int, check_positive_float
+from transformer_course._validation import check_int, check_sequence_models, check_sizes
 from .cost import BLOCK_COMPONENTS, block_flops
 
 
@@ -94,14 +94,8 @@ def forward_time_table(modules: dict[str, nn.Module], lengths: tuple[int, ...], 
     Returns:
         DataFrame indexed by "n" with one column "<name> (ms)" per module.
     """
-    if not isinstance(modules, dict) or not modules:
-        raise ValueError(f"modules must be a non-empty dict of name -> module, got {modules!r}")
-    for name, module in modules.items():
-        if not isinstance(module, nn.Module) or not isinstance(getattr(module, "d_model", None), int):
-            raise TypeError(f"modules[{name!r}] must be an nn.Module with an int d_model")
-    if not isinstance(lengths, (list, tuple)) or not lengths:
-        raise ValueError(f"lengths must be a non-empty list or tuple of ints, got {lengths!r}")
-    lengths = tuple(check_int("lengths", n, minimum=1) for n in lengths)
+    check_sequence_models(modules)
+    lengths = check_sizes("lengths", lengths)
     batch = check_int("batch", batch, minimum=1)
     generator = torch.Generator().manual_seed(seed)
     rows = []
@@ -150,14 +144,10 @@ def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float =
     Raises:
         TypeError, ValueError: for invalid sizes.
     """
-    n = check_int("n", n, minimum=1)
-    d = check_int("d", d, minimum=1)
-    num_heads = check_int("num_heads", num_heads, minimum=1)
+    flops = block_flops(n, d, expansion, num_heads)  # checks n, d, num_heads and that e d is an integer
     if d % num_heads:
         raise ValueError(f"d must be divisible by num_heads, got d={d}, num_heads={num_heads}")
-    expansion = check_positive_float("expansion", expansion)
     batch = check_int("batch", batch, minimum=1)
-    flops = block_flops(n, d, expansion, num_heads)  # validates d_ff = e d is an integer
     d_ff, d_head = int(expansion * d), d // num_heads
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, n, d, generator=generator)  # (B, T, D)

@@ -7,6 +7,10 @@ Two paths compute the same thing:
   which is what the chapters read and what ``FlopCounterMode`` can count on CPU;
 * the fused path calls ``torch.nn.functional.scaled_dot_product_attention`` and is used by
   ``MultiHeadAttention`` by default whenever the weights are not requested.
+
+Inputs are checked at the door: ``scaled_dot_product_attention`` also refuses a mask that leaves a
+query with no key (reading the mask's values); ``MultiHeadAttention.forward`` reads only shapes and
+dtypes, so a layer's forward pass never waits for the device.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_course._validation import check_features, check_choice, check_int, check_probability, check_tensor
+from transformer_course._validation import check_choice, check_features, check_int, check_probability
 
 ACTIVATIONS = ("relu", "gelu", "swiglu")
 

@@ -1,16 +1,11 @@
-"""Interop with PyTorch's own modules: the same weights in ``torch.nn``'s layout.
-
-PyTorch is the independent reference the tests compare against; these functions copy our
-parameters into its modules so a comparison needs no hand-copied weights.
-
-Shape legend: D = d_model.
-"""
+"""Interop with PyTorch's own modules, the tests' independent reference: our weights in ``torch.nn``'s layout."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from transformer_course._validation import check_instance
 from .attention import MultiHeadAttention
 
 
@@ -20,8 +15,7 @@ def to_torch_multihead_attention(module: MultiHeadAttention) -> nn.MultiheadAtte
     PyTorch stacks W^Q, W^K, W^V into one ``in_proj_weight`` of shape (3D, D). Remember that its
     bool ``attn_mask`` means True = *blocked*, the opposite of ours: pass ``~mask``.
     """
-    if not isinstance(module, MultiHeadAttention):
-        raise TypeError(f"module must be a MultiHeadAttention, got {type(module).__name__}")
+    check_instance("module", module, MultiHeadAttention)
     has_bias = module.q_proj.bias is not None
     weight = module.q_proj.weight
     ref = nn.MultiheadAttention(module.d_model, module.num_heads, bias=has_bias, batch_first=True,

@@ -51,11 +51,6 @@ class _TransformerLayer(nn.Module):
         for sublayer in self.SUBLAYERS:
             setattr(self, sublayer.dropout, nn.Dropout(dropout))
 
-    def sublayers(self) -> list[tuple[str, nn.Module, nn.Module, nn.Dropout]]:
-        """(name, sub-layer, its LayerNorm, its dropout) for each residual sub-layer, first applied first."""
-        return [(s.name, getattr(self, s.name), getattr(self, s.norm), getattr(self, s.dropout))
-                for s in self.SUBLAYERS]
-
 
 class EncoderLayer(_TransformerLayer):
     """x -> self-attention sub-layer -> FFN sub-layer, each with its residual and LayerNorm.
@@ -145,7 +140,8 @@ class DecoderLayer(_TransformerLayer):
 
     def _ca_block(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
                   cache: LayerKVCache | None) -> torch.Tensor:
-        return self.dropout2(self.cross_attn(x, memory, memory, mask=mask, cache=None if cache is None else cache.cross_attn))
+        cross_cache = None if cache is None else cache.cross_attn
+        return self.dropout2(self.cross_attn(x, memory, memory, mask=mask, cache=cross_cache))
 
     def _ff_block(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout3(self.feed_forward(x))

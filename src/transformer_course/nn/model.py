@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from transformer_course._validation import check_bool, check_choice, check_features, check_int, check_probability, check_tensor
+from transformer_course._validation import (check_bool, check_choice, check_features, check_instance, check_int,
+                                            check_probability, check_tensor)
 from .feedforward import ACTIVATIONS
 from .kv_cache import KVCache
 from .layers import DecoderLayer, EncoderLayer
@@ -122,8 +123,7 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        check_instance("config", config, TransformerConfig)
         self.config = c = config
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model)
         self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model)
@@ -161,24 +161,23 @@ class Transformer(nn.Module):
             validate_mask(src_mask, src.shape[1], src.shape[1], "src_mask")
         return self._encode(src, src_mask)
 
+    def _check_target(self, tgt: object, tgt_mask: torch.Tensor | None) -> None:
+        self._check_tokens("tgt", tgt, self.tgt_embed)
+        if tgt_mask is not None:
+            validate_mask(tgt_mask, tgt.shape[1], tgt.shape[1], "tgt_mask")
+
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None = None,
                tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
         """tgt (B, T), memory (B, S, D) -> logits (B, T, V_tgt); causal self-attention by default."""
-        self._check_tokens("tgt", tgt, self.tgt_embed)
+        self._check_target(tgt, tgt_mask)
         self._check_memory(memory, src_mask, tgt.shape[1])
-        if tgt_mask is not None:
-            validate_mask(tgt_mask, tgt.shape[1], tgt.shape[1], "tgt_mask")
         return self._decode(tgt, memory, src_mask, tgt_mask)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
                 tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
-        self._check_tokens("src", src, self.src_embed)
-        self._check_tokens("tgt", tgt, self.tgt_embed)
-        if src_mask is not None:
-            validate_mask(src_mask, src.shape[1], src.shape[1], "src_mask")
-        if tgt_mask is not None:
-            validate_mask(tgt_mask, tgt.shape[1], tgt.shape[1], "tgt_mask")
-        return self._decode(tgt, self._encode(src, src_mask), src_mask, tgt_mask)  # (B, T, V)
+        memory = self.encode(src, src_mask)  # (B, S, D); checks src and src_mask, once
+        self._check_target(tgt, tgt_mask)
+        return self._decode(tgt, memory, src_mask, tgt_mask)  # (B, T, V)
 
     def decode_step(self, tgt: torch.Tensor, memory: torch.Tensor, cache: KVCache,
                     src_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -195,8 +194,7 @@ class Transformer(nn.Module):
 
         Pope et al., 2022, "Efficiently Scaling Transformer Inference".
         """
-        if not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+        check_instance("cache", cache, KVCache)
         self._check_tokens("tgt", tgt, self.tgt_embed)
         if tgt.shape[1] <= cache.length:
             raise ValueError(f"tgt must be longer than the {cache.length} cached positions, got length {tgt.shape[1]}")

@@ -10,7 +10,8 @@ import math
 import torch
 from torch import nn
 
-from transformer_course._validation import check_features, check_int, check_positive_float, check_probability, check_tensor
+from transformer_course._validation import (check_features, check_int, check_positive_float, check_probability,
+                                            check_tensor)
 
 
 def pair_frequencies(width: int, base: float = 10000.0, device: torch.device | str | None = None) -> torch.Tensor:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from transformer_course._validation import check_features, check_int, check_tensor
+from transformer_course._validation import check_features, check_int
 
 
 class ElmanRNN(nn.Module):

@@ -30,14 +30,6 @@ from transformer_course._validation import check_bool, check_int
 from .attention import _attention, _check_qkv
 from .masks import band_limits, causal_mask
 
-__all__ = [
-    "dilated_attention",
-    "dilated_sliding_window_attention",
-    "score_counts",
-    "sliding_window_attention",
-]
-
-
 def _check_self_attention(q: object, k: object, v: object) -> int:
     """Validate q, k, v for self-attention over one sequence; return its length T."""
     _check_qkv(q, k, v)

@@ -20,17 +20,17 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
+from transformer_course._validation import check_instance
 from transformer_course._exhibit import exhibit
+from transformer_course.measure.dependency import sees_future
 from transformer_course.nn.layers import DecoderLayer, EncoderLayer
 from transformer_course.nn.model import Transformer
-from transformer_course.measure.dependency import sees_future
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 
 
 def _check_model(model: object) -> Transformer:
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model must be a transformer_course.nn.model.Transformer, got {type(model).__name__}")
+    check_instance("model", model, Transformer, "transformer_course.nn.model.Transformer")
     return model
 
 
@@ -177,10 +177,8 @@ def plot_encoder_and_decoder_layers(encoder_layer: EncoderLayer, decoder_layer: 
     """
     from .layer_diagram import plot_layer  # written alongside; imported here to keep this module light
 
-    if not isinstance(encoder_layer, EncoderLayer):
-        raise TypeError(f"encoder_layer must be an EncoderLayer, got {type(encoder_layer).__name__}")
-    if not isinstance(decoder_layer, DecoderLayer):
-        raise TypeError(f"decoder_layer must be a DecoderLayer, got {type(decoder_layer).__name__}")
+    check_instance("encoder_layer", encoder_layer, EncoderLayer)
+    check_instance("decoder_layer", decoder_layer, DecoderLayer)
     figure = new_figure(9.0, 8.0)
     left, right = figure.subplots(1, 2)
     plot_layer(encoder_layer, ax=left)

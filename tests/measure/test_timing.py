@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from transformer_course.measure.cost import BLOCK_COMPONENTS, block_flops
+from transformer_course.measure.timing import forward_time_table, median_times, threads, time_block_components
 from transformer_course.nn.layers import EncoderLayer
 from transformer_course.nn.rnn import ElmanRNN
-from transformer_course.measure.timing import forward_time_table, median_times, threads, time_block_components
 
 
 def test_median_times_interleaves_rounds_of_benchmark_timers():

@@ -7,7 +7,6 @@ import torch
 
 from transformer_course.experiments import head_specialization as hs
 from transformer_course.nn.attention import MultiHeadAttention
-from transformer_course.nn.interop import to_torch_multihead_attention
 from transformer_course.nn.masks import causal_mask
 
 
@@ -120,19 +119,6 @@ def test_per_head_loop_equals_module(gen, bias):
     torch.testing.assert_close(hs.per_head_attention(module, x, x, x, mask)[0], module(x, x, x, mask=mask))
     with pytest.raises(TypeError, match="module"):
         hs.per_head_attention(torch.nn.Linear(2, 2), x, x, x)
-
-
-@pytest.mark.parametrize("bias", [True, False])
-def test_torch_copy_matches(gen, bias):
-    torch.manual_seed(0)
-    module = MultiHeadAttention(8, 2, bias=bias).double()
-    reference = to_torch_multihead_attention(module)
-    x = torch.randn(2, 4, 8, generator=gen, dtype=torch.float64)
-    mask = causal_mask(4)
-    out, weights = module(x, x, x, mask=mask, need_weights=True)
-    ref_out, ref_weights = reference(x, x, x, attn_mask=~mask, average_attn_weights=False)
-    torch.testing.assert_close(out, ref_out)
-    torch.testing.assert_close(weights, ref_weights)
 
 
 def test_ablate_heads_removes_exactly_one_head(gen):

@@ -11,13 +11,13 @@ import pytest
 from transformer_course._exhibit import exhibit, made_by
 from transformer_course.course.ipynb import course_notebooks, toc_files
 from transformer_course.course.notebook import PROVENANCE_KEY
-from transformer_course.course.provenance import (Exhibit, course_exhibits, exhibits_frame, exhibits_markdown,
+from transformer_course.course.provenance import (Exhibit, course_exhibits, exhibits_markdown,
                                                   maker_of, notebook_exhibits)
 from transformer_course.measure.cost import flop_share_table
-from transformer_course.plotting.positional import plot_pe_matrix
 from transformer_course.nn.positional import sinusoidal_encoding
+from transformer_course.plotting.positional import plot_pe_matrix
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _figure(caption: str, made: str | None = None, name: str | None = None, tags=()) -> nbformat.NotebookNode:
@@ -77,10 +77,6 @@ def test_notebook_exhibits_reads_figures_and_tables_in_order(tmp_path):
                                number="1", caption="An empty figure.", name="fig-dl9999-empty",
                                function="transformer_course.plotting.style.x", cell_index=1)
     assert [e.label for e in found] == ["Figure 1", "Table 1", "Table", "Figure 2b"]
-
-    frame = exhibits_frame(found)
-    assert list(frame.columns) == ["chapter", "exhibit", "caption", "made by", "anchor"]
-    assert frame["exhibit"].tolist() == ["Figure 1", "Table 1", "Table", "Figure 2b"]
 
     lines = exhibits_markdown(found).splitlines()
     assert len(lines) == 2 + 4

@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from transformer_course.nn.masks import causal_mask, dilated_mask, sliding_window_mask
 from transformer_course.measure.receptive_field import (
     bool_matmul,
     coverage_gaps,
@@ -20,6 +19,7 @@ from transformer_course.measure.receptive_field import (
     schedule_reach,
     unreachable_pairs,
 )
+from transformer_course.nn.masks import causal_mask, dilated_mask, sliding_window_mask
 
 
 def _reach_by_paths(masks):

@@ -9,15 +9,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from transformer_course.measure.memory import MemoryTracker, measure_attention, peak_memory
 from transformer_course.nn.attention import scaled_dot_product_attention
+from transformer_course.nn.masks import band_limits, dilated_mask, dilated_sliding_window_mask, sliding_window_mask
 from transformer_course.nn.sparse_attention import (
     dilated_attention,
     dilated_sliding_window_attention,
     score_counts,
     sliding_window_attention,
 )
-from transformer_course.nn.masks import band_limits, dilated_mask, dilated_sliding_window_mask, sliding_window_mask
-from transformer_course.measure.memory import MemoryTracker, measure_attention, peak_memory
 
 
 def _qkv(gen, *shape, dtype=torch.float64, d_value=None):

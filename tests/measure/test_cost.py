@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from transformer_course.nn.attention import MultiHeadAttention
 from transformer_course.measure.cost import (block_flops, count_parameters, flop_share_table, measure_flops,
                                      mha_parameters, parameter_breakdown)
+from transformer_course.nn.attention import MultiHeadAttention
 from transformer_course.nn.feedforward import FeedForward
 from transformer_course.nn.layers import EncoderLayer
 from transformer_course.nn.model import Transformer, TransformerConfig

@@ -5,11 +5,11 @@ import torch
 from matplotlib.figure import Figure
 
 from transformer_course.nn.feedforward import FeedForward
+from transformer_course.nn.positional import alibi_bias, alibi_slopes, position_similarity, sinusoidal_encoding
 from transformer_course.plotting.feedforward import (ffn_diagram_labels, plot_activations, plot_ffn_diagram,
                                                      plot_position_jacobians)
 from transformer_course.plotting.positional import (plot_alibi_bias, plot_pe_dimensions, plot_pe_matrix,
                                                     plot_position_similarity)
-from transformer_course.nn.positional import alibi_bias, alibi_slopes, position_similarity, sinusoidal_encoding
 
 
 def _texts(fig):

@@ -4,10 +4,10 @@ from matplotlib.figure import Figure
 
 from transformer_course.measure.cost import component_share_table, crossover_length, flop_share_table
 from transformer_course.nn.layers import EncoderLayer
+from transformer_course.nn.rnn import ElmanRNN
 from transformer_course.plotting.cost import plot_component_shares, plot_share_vs_length, plot_time_vs_flops
 from transformer_course.plotting.sequential_vs_parallel import (plot_dependency_depth, plot_gradient_reach,
                                                                 plot_rnn_vs_transformer)
-from transformer_course.nn.rnn import ElmanRNN
 
 
 def _texts(fig):

@@ -28,7 +28,7 @@ from transformer_course.course.coursework import (
 pytestmark = [pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning"),
               pytest.mark.filterwarnings("ignore:Cell is missing an id field")]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("dl00*.ipynb"))
 FIXTURE_MD = ROOT / "tests" / "fixtures" / "coursework" / "dl9001_coursework_fixture.myst.md"
 FIXTURE = "dl9001_coursework_fixture"

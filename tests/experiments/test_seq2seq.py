@@ -2,11 +2,11 @@ import pytest
 import torch
 
 from transformer_course.experiments.data import EOS_ID, VOCAB_SIZE, make_batch
-from transformer_course.nn.model import Transformer, TransformerConfig
 from transformer_course.experiments.seq2seq import (encoder_decoder_table, exact_match, heldout_exact_match,
                                                     init_embeddings_, reads_memory, seq2seq_loss, toy_transformer,
                                                     train_seq2seq)
 from transformer_course.measure.dependency import sees_future
+from transformer_course.nn.model import Transformer, TransformerConfig
 
 
 def test_short_training_run_reverses_heldout_sequences():
