@@ -30,7 +30,7 @@ import nbformat
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))  # the provenance parser, even without an installed package
+sys.path.insert(0, str(ROOT / "src"))  # the provenance reader, even without an installed package
 
 from transformer_course.course.ipynb import course_notebooks  # noqa: E402
 from transformer_course.course.provenance import Exhibit, notebook_exhibits  # noqa: E402
