@@ -3,6 +3,7 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +28,7 @@ def test_quick_benchmark_produces_a_correct_table(tmp_path):
     assert out.with_suffix(".json").exists()
 
 
+@pytest.mark.slow
 def test_memory_worker_sees_the_dense_mask():
     # The dense approach holds at least its (n, n) bool mask: 16 MiB at n = 4096.
     dense = benchmarks_run.peak_memory_mb("sliding_window", "dense SDPA + mask", 4096, 64)

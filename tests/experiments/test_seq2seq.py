@@ -9,6 +9,7 @@ from transformer_course.measure.dependency import sees_future
 from transformer_course.nn.model import Transformer, TransformerConfig
 
 
+@pytest.mark.slow
 def test_short_training_run_reverses_heldout_sequences():
     model = toy_transformer(d_model=32, num_heads=4, num_layers=1, d_ff=64)
     losses = train_seq2seq(model, "reverse", length=4, steps=150, batch_size=32, lr=3e-3, warmup_steps=20)

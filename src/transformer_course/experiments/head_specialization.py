@@ -37,10 +37,9 @@ from torch import nn
 
 from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_instance, check_int, check_positive_float, check_tensor
-from transformer_course.measure.timing import threads
 from transformer_course.nn.attention import MultiHeadAttention, _attention
 from transformer_course.nn.masks import validate_mask
-from .training import fit, seeded
+from .training import fit, model_device, seeded
 
 RELATIONS = ("previous", "first", "marker", "digit")
 IGNORE_INDEX = -100
@@ -247,11 +246,12 @@ def train_lookup_model(
     num_markers: int = 4,
     num_digits: int = 4,
     progress: bool = False,
+    device: torch.device | str = "cpu",
 ) -> tuple[LookupModel, list[float]]:
     """Build a :class:`LookupModel` from ``seed`` and train it on the four-lookups task with ``fit``.
 
     The initial weights come from ``seed`` (drawn inside ``training.seeded``), the
-    batches from a generator seeded with ``seed``, and training runs on one CPU thread, so the
+    batches from a generator seeded with ``seed``, and ``fit`` trains on one CPU thread, so the
     same arguments give the same model.
 
     Args:
@@ -263,9 +263,10 @@ def train_lookup_model(
         lr: learning rate.
         seq_len, num_letters, num_markers, num_digits: the task's sizes (see :func:`make_lookup_batch`).
         progress: show a progress bar.
+        device: where to train (the weights are drawn on the CPU, then moved).
 
     Returns:
-        The trained model (in eval mode) and the loss at every step.
+        The trained model (in eval mode, on ``device``) and the loss at every step.
     """
     seed = check_int("seed", seed, minimum=0)
     batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -276,8 +277,7 @@ def train_lookup_model(
     def make_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return make_lookup_batch(batch_size, generator, seq_len, num_letters, num_markers, num_digits)
 
-    with threads(1):  # tiny matrices: one thread is as fast, and bitwise reproducible
-        losses = fit(model, make_batch, lookup_loss, steps, lr=lr, seed=seed, progress=progress)
+    losses = fit(model.to(device), make_batch, lookup_loss, steps, lr=lr, seed=seed, progress=progress)
     return model, losses
 
 
@@ -288,6 +288,7 @@ def lookup_accuracy(model: LookupModel, tokens: torch.Tensor, sources: torch.Ten
     Returns:
         Series indexed by relation name.
     """
+    tokens, sources = tokens.to(model_device(model)), sources.to(model_device(model))
     logits = model(tokens)  # (B, R, T, V)
     targets = lookup_targets(tokens, sources)  # (B, R, T)
     valid = targets != IGNORE_INDEX

@@ -26,7 +26,7 @@ from transformer_course._validation import check_choice, check_instance, check_i
 from transformer_course.measure.dependency import sees_future
 from transformer_course.nn.model import Transformer, TransformerConfig
 from .data import BOS_ID, EOS_ID, PAD_ID, TASKS, VOCAB_SIZE, make_batch
-from .training import fit, seeded
+from .training import fit, model_device, seeded
 
 
 def _check_model(model: object) -> Transformer:
@@ -135,9 +135,11 @@ def exact_match(model: Transformer, src: torch.Tensor, labels: torch.Tensor, bos
     check_tensor("labels", labels, ndim=2)
     if labels.shape[0] != src.shape[0]:
         raise ValueError(f"src and labels must have the same batch size, got {src.shape[0]} and {labels.shape[0]}")
+    src, labels = src.to(model_device(model)), labels.to(model_device(model))
     generated = model.greedy_decode(src, labels.shape[1], bos_id, eos_id, use_cache=use_cache)[:, 1:]  # (B, <= T)
     if generated.shape[1] < labels.shape[1]:  # every row stopped early: pad with <eos> as greedy_decode does
-        fill = torch.full((src.shape[0], labels.shape[1] - generated.shape[1]), eos_id, dtype=generated.dtype)
+        fill = torch.full((src.shape[0], labels.shape[1] - generated.shape[1]), eos_id, dtype=generated.dtype,
+                          device=generated.device)
         generated = torch.cat((generated, fill), dim=1)  # (B, T)
     return float((generated == labels).all(dim=1).float().mean())
 

@@ -14,6 +14,7 @@ Per block of width d, sequence length n and FFN expansion e (d_ff = e * d):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -143,13 +144,25 @@ def decoder_layer_parameters(d_model: int, d_ff: int, activation: str = "relu") 
             + 3 * layer_norm_parameters(d_model))
 
 
+def count_flops(fn: Callable[[], object]) -> int:
+    """Total FLOPs of the matrix products in ``fn()``, counted by ``FlopCounterMode`` (no grad).
+
+    PyTorch's fused CPU attention kernel is not counted by ``FlopCounterMode``: count attention
+    written with explicit products (the package's ``scaled_dot_product_attention``).
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        fn()
+    return int(counter.get_total_flops())
+
+
 def measure_flops(module: nn.Module, *inputs: Any, **kwargs: Any) -> int:
     """Total FLOPs of ``module(*inputs, **kwargs)`` counted by ``FlopCounterMode`` (matrix products)."""
     check_instance("module", module, nn.Module, "torch.nn.Module")
-    counter = FlopCounterMode(display=False)
-    with hand_written_attention(module), counter, torch.no_grad():
-        module(*inputs, **kwargs)
-    return int(counter.get_total_flops())
+    with hand_written_attention(module):
+        return count_flops(lambda: module(*inputs, **kwargs))
 
 
 def crossover_length(d: int, expansion: float = 4, num_heads: int = 8) -> int:

@@ -85,6 +85,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Te
     if bias is not None:
         scores = scores + bias  # (..., T, S)
     if mask is not None:
+        mask = mask.to(scores.device)  # a mask built on the CPU follows the inputs
         scores = scores.masked_fill(~mask, float("-inf"))  # (..., T, S)
     weights = scores.softmax(dim=-1)  # (..., T, S)
     return weights @ v, weights  # (..., T, Dv), (..., T, S)
@@ -177,8 +178,8 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(f"cache must be an AttentionCache, got {type(cache).__name__}")
         t = query.shape[1]
         s = key.shape[1] if cache is None else cache.length_after(key.shape[1])
-        if mask is not None:
-            check_mask(mask, t, s)  # metadata only: a layer's forward never waits for the device
+        if mask is not None:  # shapes only (a layer's forward never waits for the device); a CPU mask follows
+            mask = check_mask(mask, t, s).to(query.device)
         q = self.split_heads(self.q_proj(query))  # (B, H, T, Dh)
         k, v = self._keys_and_values(key, value, cache)  # (B, H, S, Dh) each
         dropout = self.dropout if self.training else 0.0
