@@ -23,7 +23,7 @@ Subpackages, lowest layer first; a layer imports only the layers below it (a con
     measure      FLOPs and parameters, timing, memory, autograd-graph paths, receptive fields
     experiments  toy data, the training loop, the chapters' experiments
     plotting     figures: one module per concern, diagrams drawn from modules
-    course       notebook setup, exercise checks, coursework tables, provenance
+    course       notebook setup, exercise checks, coursework tables, grading, provenance
 
 ``_validation`` holds the argument checks every layer shares.
 """

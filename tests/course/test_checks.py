@@ -177,3 +177,21 @@ def test_check_raises():
     with pytest.raises(ExerciseError, match=r"^_positive\(-1\): raised ValueError as expected, but its message "
                                             r"'x must be positive, got -1' should mention 'x must be > 0'$"):
         check_raises("_positive", _positive, (-1,), match="x must be > 0")
+
+
+def test_public_messages_never_show_the_expected_value():
+    # the grader shows `public` when a hidden check fails: what is wrong, but not the answer
+    cases = [
+        (lambda: check_number("window_scores", 2_000_000, 2_088_832), "2,088,832"),
+        (lambda: check_equal("answer", "mha", "sdpa"), "sdpa"),
+        (lambda: check_tensor("x", torch.zeros(3), torch.tensor([0.0, 0.0, 7.5])), "7.5"),
+        (lambda: check_tensor("x", torch.zeros(3), torch.zeros(4)), "(4,)"),
+        (lambda: check_shape("x", torch.zeros(3), (4,)), "(4,)"),
+    ]
+    for check, secret in cases:
+        with pytest.raises(ExerciseError) as caught:
+            check()
+        assert secret in str(caught.value) and secret not in caught.value.public, caught.value.public
+    with pytest.raises(ExerciseError) as caught:
+        check_number("window_scores", 2_000_000, 2_088_832)
+    assert caught.value.public == "window_scores: wrong value, got 2,000,000"

@@ -1,18 +1,14 @@
-"""The chapters as coursework: exercise format, leak-free student versions, and grading with nbgrader.
+"""The chapters as coursework: exercise format and leak-free student versions (release with nbgrader).
 
-Grading is tested on a small fixture chapter (tests/fixtures/coursework/, three exercises in the
-CONTRIBUTING format, 3 + 2 + 1 points) with one release and one grading run shared by the tests:
-six students submit a correct, an untouched, a wrong, a crashing, a cheating and an unreadable
-notebook. The format and release checks run over every chapter notebook that exists.
+The format and release checks run over every chapter notebook and over a small fixture chapter
+(tests/fixtures/coursework/, three exercises in the CONTRIBUTING format, 3 + 2 + 1 points).
+Grading, with its sandbox and the attacks it must survive, is tested in test_coursework_grading.py.
 """
 
 from __future__ import annotations
 
-import copy
-import csv
 import importlib.util
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -24,7 +20,7 @@ from transformer_course.course.coursework import (
     SOLUTION_MARKER_TAG, cell_source, chapter_table, exercise_table, format_problems, read_chapter,
     strip_solution_markers, student_version_leaks)
 
-# nbgrader's own noise while autograding (its sqlalchemy session, the cell it adds back without an id)
+# nbgrader's own noise while releasing (its sqlalchemy session, cells without an id)
 pytestmark = [pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning"),
               pytest.mark.filterwarnings("ignore:Cell is missing an id field")]
 
@@ -45,7 +41,7 @@ def _load_tool():
 tool = _load_tool()
 
 
-# --- the fixture chapter and one shared release + grading run ----------------------------------
+# --- the fixture chapter and one shared release ------------------------------------------------
 
 @pytest.fixture(scope="module")
 def fixture_chapter(tmp_path_factory) -> Path:
@@ -69,49 +65,6 @@ def _student_version(course: Path):
 def _cell(notebook, grade_id):
     (cell,) = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
     return cell
-
-
-def _solution_code(fixture_chapter: Path, label: str) -> str:
-    source = _cell(nbformat.read(fixture_chapter, as_version=4), f"{label}-solution").source
-    return "\n".join(line for line in source.splitlines() if "### " not in line)
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory, course, fixture_chapter):
-    """Grade six students in one run; returns (totals rows, grades rows, output folder)."""
-    submissions = tmp_path_factory.mktemp("submissions")
-    student = _student_version(course)
-    correct = copy.deepcopy(student)
-    for k in (1, 2, 3):
-        _cell(correct, f"dl9001-ex{k}-solution").source = _solution_code(fixture_chapter, f"dl9001-ex{k}")
-    wrong = copy.deepcopy(correct)
-    _cell(wrong, "dl9001-ex2-solution").source = "def allowed_pairs(t):\n    return t * t"
-    crash = copy.deepcopy(correct)
-    _cell(crash, "dl9001-ex1-solution").source = "1 / 0\n\n" + _cell(crash, "dl9001-ex1-solution").source
-    cheat = copy.deepcopy(correct)
-    _cell(cheat, "dl9001-ex1-solution").source = "def my_causal_mask(t):\n    raise NotImplementedError()"
-    _cell(cheat, "dl9001-ex1-tests").source = "pass  # tests edited away"
-    _cell(cheat, "dl9001-ex2-solution").source = "def allowed_pairs(t):\n    return 10  # passes the visible test"
-    _cell(cheat, "dl9001-ex2-tests").source = "pass"
-    _cell(cheat, "dl9001-ex2-tests").metadata.pop("nbgrader")  # and even drops the cell's metadata
-    for name, notebook in {"correct": correct, "untouched": student, "wrong": wrong,
-                           "crash": crash, "cheat": cheat}.items():
-        (submissions / name).mkdir()
-        nbformat.write(notebook, submissions / name / f"{FIXTURE}.ipynb")
-    (submissions / "broken").mkdir()
-    (submissions / "broken" / f"{FIXTURE}.ipynb").write_text("this is not a notebook")
-    out = tmp_path_factory.mktemp("grades")
-    assert tool.main(["grade", "--course", str(course), "--submissions", str(submissions),
-                      "--out", str(out)]) == 0
-    with open(out / "totals.csv") as handle:
-        totals = {(row["student"], row["chapter"]): row for row in csv.DictReader(handle)}
-    with open(out / "grades.csv") as handle:
-        grades = {(row["student"], row["exercise"]): row for row in csv.DictReader(handle)}
-    return totals, grades, out
-
-
-def _points(grades, student):
-    return {k: float(grades[student, f"dl9001-ex{k}"]["points"]) for k in (1, 2, 3)}
 
 
 # --- the fixture and the parsing ----------------------------------------------------------------
@@ -236,71 +189,7 @@ def test_the_instructor_table_covers_every_chapter():
     assert sorted(set(table["chapter"])) == [p.stem for p in CHAPTERS]
 
 
-# --- grading ------------------------------------------------------------------------------------
-
-@pytest.mark.slow
-def test_a_correct_submission_scores_full_marks(graded):
-    totals, grades, _ = graded
-    assert _points(grades, "correct") == {1: 3, 2: 2, 3: 1}
-    assert (totals["correct", FIXTURE]["points"], totals["correct", FIXTURE]["max_points"]) == ("6", "6")
-    assert totals["correct", FIXTURE]["status"] == "graded"
-
-
-@pytest.mark.slow
-def test_an_untouched_student_version_scores_zero(graded):
-    totals, grades, _ = graded
-    assert _points(grades, "untouched") == {1: 0, 2: 0, 3: 0}
-    assert totals["untouched", FIXTURE]["points"] == "0"
-
-
-@pytest.mark.slow
-def test_a_wrong_answer_loses_exactly_that_exercises_points(graded):
-    totals, grades, _ = graded
-    assert _points(grades, "wrong") == {1: 3, 2: 0, 3: 1}
-    assert totals["wrong", FIXTURE]["points"] == "4"
-
-
-@pytest.mark.slow
-def test_a_crashing_cell_costs_its_exercise_not_the_run(graded):
-    totals, grades, _ = graded
-    assert _points(grades, "crash") == {1: 0, 2: 2, 3: 1}
-    assert totals["crash", FIXTURE]["status"] == "graded"
-
-
-@pytest.mark.slow
-def test_editing_a_test_cell_does_not_pass_the_hidden_tests(graded):
-    totals, grades, _ = graded
-    assert _points(grades, "cheat") == {1: 0, 2: 0, 3: 1}
-
-
-@pytest.mark.slow
-def test_an_unreadable_notebook_is_reported_and_scores_zero(graded):
-    totals, grades, _ = graded
-    assert totals["broken", FIXTURE]["status"].startswith("error")
-    assert totals["broken", FIXTURE]["points"] == "0" and totals["broken", FIXTURE]["max_points"] == "6"
-    assert _points(grades, "broken") == {1: 0, 2: 0, 3: 0}
-
-
-@pytest.mark.slow
-def test_grades_csv_has_one_row_per_exercise_and_totals_per_student(graded):
-    totals, grades, out = graded
-    with open(out / "grades.csv") as handle:
-        assert next(csv.reader(handle)) == ["student", "chapter", "exercise", "points", "max_points"]
-    assert len(grades) == 6 * 3
-    assert {row["max_points"] for row in grades.values()} == {"3", "2", "1"}
-    assert totals["wrong", "TOTAL"]["points"] == "4" and totals["wrong", "TOTAL"]["max_points"] == "6"
-
-
-@pytest.mark.slow
-def test_feedback_is_written_per_student_without_revealing_hidden_tests(graded):
-    _, _, out = graded
-    for student in ("correct", "untouched", "wrong", "crash", "cheat"):
-        assert (out / "feedback" / student / f"{FIXTURE}.html").exists(), student
-    assert not (out / "feedback" / "broken").exists()
-    html = (out / "feedback" / "wrong" / f"{FIXTURE}.html").read_text()
-    assert "allowed_pairs(4): expected 10, got 16" in html  # the readable message of the failed test
-    assert "HIDDEN TESTS" not in html and "(1, 5, 64)" not in html
-
+# --- grading (the grading runs themselves are in test_coursework_grading.py) ------------------
 
 def test_submissions_are_matched_by_chapter_name_or_number(tmp_path):
     chapters = ["dl0027_multi_head_attention", "dl0028_sliding_window"]
@@ -308,9 +197,35 @@ def test_submissions_are_matched_by_chapter_name_or_number(tmp_path):
                           ("bob", "notes.ipynb"), ("bad id!", "dl0027_multi_head_attention.ipynb")]:
         (tmp_path / student).mkdir(exist_ok=True)
         (tmp_path / student / name).write_text("{}")
-    found, warnings = tool.find_submissions(tmp_path, chapters)
+    found, rows = tool.find_submissions(tmp_path, chapters)
     assert sorted(found) == [("ada", "dl0027_multi_head_attention"), ("bob", "dl0028_sliding_window")]
-    assert any("notes.ipynb" in w for w in warnings) and any("bad id!" in w for w in warnings)
+    statuses = {row.file: row.status for row in rows}
+    assert statuses["bob/notes.ipynb"].startswith("not a released chapter")
+    assert statuses["bad id!"].startswith("invalid student folder name")
+
+
+def test_every_file_and_folder_gets_a_row_with_a_reason(tmp_path):
+    chapters = ["dl0027_multi_head_attention", "dl0028_sliding_window"]
+    files = ["ada/dl0027_multi_head_attention.ipynb", "ada/dl0027 (1).ipynb", "ada/week1/dl0028.ipynb",
+             "ada/readme.txt", "ada/.ipynb_checkpoints/x.ipynb", "dl0028.ipynb", ".DS_Store", "bob/x/y/"]
+    for name in files:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not name.endswith("/"):
+            path.write_text("{}")
+    (tmp_path / "carol").mkdir()
+    found, rows = tool.find_submissions(tmp_path, chapters)
+    assert found == {}
+    statuses = {row.file: row.status for row in rows}
+    assert statuses["ada/dl0027 (1).ipynb, ada/dl0027_multi_head_attention.ipynb"].startswith(
+        "two candidates for dl0027_multi_head_attention")
+    assert statuses["ada/week1/dl0028.ipynb"].startswith("wrong place: inside the subfolder week1/")
+    assert statuses["ada/readme.txt"].startswith("not a notebook")
+    assert statuses["ada/.ipynb_checkpoints"].startswith("ignored: a hidden")
+    assert statuses["dl0028.ipynb"].startswith("wrong place: a file at the top")
+    assert statuses[".DS_Store"].startswith("ignored")
+    assert statuses["bob/x"].startswith("wrong place")
+    assert statuses["carol"].startswith("empty folder")
 
 
 def test_grading_needs_a_released_course(tmp_path):
@@ -320,3 +235,61 @@ def test_grading_needs_a_released_course(tmp_path):
         tool.grade(tmp_path / "course", tmp_path, tmp_path / "grades")
     with pytest.raises(tool.CourseworkError, match="not a course folder"):
         tool._config(tmp_path)
+
+
+def test_grades_and_course_stay_out_of_the_submissions(course, tmp_path):
+    (tmp_path / "submissions").mkdir()
+    with pytest.raises(tool.CourseworkError, match="--out .* lies inside"):
+        tool.grade(course, tmp_path / "submissions", tmp_path / "submissions" / "grades")
+    with pytest.raises(tool.CourseworkError, match="lies inside"):
+        tool.grade(course, course.parent, tmp_path / "grades")
+
+
+# --- every exercise has a visible self-check that catches a typical mistake ---------------------
+
+def _typical_wrong_answers() -> dict[str, str]:
+    path = ROOT / "tests" / "fixtures" / "coursework" / "typical_wrong_answers.py"
+    spec = importlib.util.spec_from_file_location("typical_wrong_answers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.WRONG
+
+
+WRONG = _typical_wrong_answers()
+EXERCISES = [(path, e.label) for path in CHAPTERS for e in read_chapter(path).exercises]
+
+
+@pytest.mark.parametrize("path, label", EXERCISES, ids=[label for _, label in EXERCISES])
+def test_the_visible_self_check_fails_a_typical_wrong_answer(path, label):
+    from transformer_course.course.checks import ExerciseError
+    from transformer_course.course.grading import split_hidden
+
+    assert label in WRONG, f"add a typical wrong answer for {label} to tests/fixtures/coursework/typical_wrong_answers.py"
+    test = _cell(nbformat.read(path, as_version=4), f"{label}-tests").source
+    namespace: dict = {}
+    exec("import math\nimport torch\nfrom torch import nn\n" + WRONG[label], namespace)  # noqa: S102
+    with pytest.raises(ExerciseError):
+        for code, hidden in split_hidden(test):
+            if not hidden:
+                exec(code, namespace)  # noqa: S102
+
+
+# --- an answer computed with the package's reference is flagged; a check against it is not -----
+
+@pytest.mark.parametrize("source, flagged", [
+    ("from transformer_course.nn.positional import sinusoidal_encoding\n\n"
+     "def my_sinusoidal_encoding(n, d):\n    return sinusoidal_encoding(n, d)", True),
+    ("from transformer_course.nn.positional import sinusoidal_encoding as my_sinusoidal_encoding", True),
+    ("import transformer_course.nn.positional as p\nmy_sinusoidal_encoding = p.sinusoidal_encoding", True),
+    ("from transformer_course.nn.positional import sinusoidal_encoding as s\n\ndef helper(n, d):\n"
+     "    return s(n, d)\n\ndef my_sinusoidal_encoding(n, d):\n    return helper(n, d)", True),
+    ("import torch\n\ndef my_sinusoidal_encoding(n, d):\n    return torch.zeros(n, d)\n\n"
+     "from transformer_course.nn.positional import sinusoidal_encoding\n"
+     "print((my_sinusoidal_encoding(4, 8) - sinusoidal_encoding(4, 8)).abs().max())", False),
+    ("%timeit 1\nmy_sinusoidal_encoding = None", False),
+])
+def test_an_answer_computed_with_the_reference_is_flagged(source, flagged):
+    from transformer_course.course.grading import references_in_answers
+
+    found = references_in_answers(source, ("my_sinusoidal_encoding",), ("sinusoidal_encoding",))
+    assert found == ({"sinusoidal_encoding"} if flagged else set())

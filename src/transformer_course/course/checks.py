@@ -26,13 +26,29 @@ import torch
 
 
 class ExerciseError(AssertionError):
-    """An exercise answer is wrong; the message says how."""
+    """An exercise answer is wrong; the message says how.
+
+    Attributes:
+        public: the same diagnosis without the expected value (e.g. "window_scores: wrong value,
+            got 2,000,000"). The grader shows it when a *hidden* check fails, so that feedback
+            never reveals a hidden test's expected value; the full message is for visible checks.
+    """
+
+    def __init__(self, message: str, public: str | None = None) -> None:
+        super().__init__(message)
+        self.public = message if public is None else public
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a student's answer may be huge)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
-    return f"{type(value).__name__} {value!r}"
+    return f"{type(value).__name__} {_short(value)}"
 
 
 def check_tensor(name: str, got: Any, expected: torch.Tensor, atol: float = 1e-6, rtol: float = 1e-5) -> None:
@@ -46,7 +62,8 @@ def check_tensor(name: str, got: Any, expected: torch.Tensor, atol: float = 1e-6
     """
     _check_is_tensor(name, got)
     if tuple(got.shape) != tuple(expected.shape):
-        raise ExerciseError(f"{name}: wrong shape, expected {tuple(expected.shape)}, got {tuple(got.shape)}")
+        raise ExerciseError(f"{name}: wrong shape, expected {tuple(expected.shape)}, got {tuple(got.shape)}",
+                            f"{name}: wrong shape, got {tuple(got.shape)}")
     if expected.dtype == torch.bool:
         if got.is_floating_point() and got.numel() > 0 and bool(((got == 0) | (got == -math.inf)).all()):
             raise ExerciseError(f"{name}: this is an additive mask (0 / -inf); return a bool mask with "
@@ -60,10 +77,12 @@ def check_tensor(name: str, got: Any, expected: torch.Tensor, atol: float = 1e-6
         if len(wrong):
             index = tuple(int(i) for i in wrong[0])
             raise ExerciseError(f"{name}: wrong value at position {index}: expected {bool(expected[index])}, "
-                                f"got {bool(got[index])} ({len(wrong)} of {got.numel()} entries wrong)")
+                                f"got {bool(got[index])} ({len(wrong)} of {got.numel()} entries wrong)",
+                                f"{name}: wrong values ({len(wrong)} of {got.numel()} entries wrong)")
         return
     if got.is_floating_point() != expected.is_floating_point():
-        raise ExerciseError(f"{name}: expected dtype like {expected.dtype}, got {got.dtype}")
+        raise ExerciseError(f"{name}: expected dtype like {expected.dtype}, got {got.dtype}",
+                            f"{name}: wrong kind of dtype, got {got.dtype}")
     got_cmp, expected_cmp = got.detach().double().cpu(), expected.detach().double().cpu()
     if torch.isnan(got_cmp).any():
         index = tuple(int(i) for i in torch.isnan(got_cmp).nonzero()[0])
@@ -73,7 +92,8 @@ def check_tensor(name: str, got: Any, expected: torch.Tensor, atol: float = 1e-6
         wrong = (~close).nonzero()
         index = tuple(int(i) for i in wrong[0])
         raise ExerciseError(f"{name}: wrong value at position {index}: expected {float(expected_cmp[index]):.6g}, "
-                            f"got {float(got_cmp[index]):.6g} ({len(wrong)} of {got.numel()} entries wrong)")
+                            f"got {float(got_cmp[index]):.6g} ({len(wrong)} of {got.numel()} entries wrong)",
+                            f"{name}: wrong values ({len(wrong)} of {got.numel()} entries wrong)")
 
 
 def _check_is_tensor(name: str, got: Any) -> None:
@@ -90,7 +110,8 @@ def check_shape(name: str, got: Any, expected_shape: Sequence[int]) -> None:
     """
     _check_is_tensor(name, got)
     if tuple(got.shape) != tuple(expected_shape):
-        raise ExerciseError(f"{name}: wrong shape, expected {tuple(expected_shape)}, got {tuple(got.shape)}")
+        raise ExerciseError(f"{name}: wrong shape, expected {tuple(expected_shape)}, got {tuple(got.shape)}",
+                            f"{name}: wrong shape, got {tuple(got.shape)}")
 
 
 def check_mask(name: str, got: Any, expected: torch.Tensor) -> None:
@@ -131,9 +152,10 @@ def check_number(name: str, got: Any, expected: float, rel_tol: float = 1e-6, ab
     if isinstance(got, bool) or not isinstance(got, (int, float)):
         raise ExerciseError(f"{name}: expected a number, got {_describe(got)}")
     if math.isnan(got):
-        raise ExerciseError(f"{name}: got NaN, expected {_format_number(expected)}")
+        raise ExerciseError(f"{name}: got NaN, expected {_format_number(expected)}", f"{name}: got NaN")
     if not math.isclose(got, expected, rel_tol=rel_tol, abs_tol=abs_tol):
-        raise ExerciseError(f"{name}: expected {_format_number(expected)}, got {_format_number(got)}")
+        raise ExerciseError(f"{name}: expected {_format_number(expected)}, got {_format_number(got)}",
+                            f"{name}: wrong value, got {_format_number(got)}")
 
 
 def check_equal(name: str, got: Any, expected: Any) -> None:
@@ -141,8 +163,9 @@ def check_equal(name: str, got: Any, expected: Any) -> None:
     if got != expected:
         if type(got) is not type(expected) and not (isinstance(got, tuple) and isinstance(expected, tuple)):
             raise ExerciseError(f"{name}: expected {expected!r} ({type(expected).__name__}), "
-                                f"got {got!r} ({type(got).__name__})")
-        raise ExerciseError(f"{name}: expected {expected!r}, got {got!r}")
+                                f"got {got!r} ({type(got).__name__})",
+                                f"{name}: wrong answer, got {_short(got)} ({type(got).__name__})")
+        raise ExerciseError(f"{name}: expected {expected!r}, got {got!r}", f"{name}: wrong answer, got {_short(got)}")
 
 
 def check_callable(name: str, got: Any) -> None:
@@ -169,7 +192,8 @@ def check_raises(name: str, function: Callable[..., Any], args: Sequence[Any] = 
     except exception as error:
         if match is not None and match not in str(error):
             raise ExerciseError(f"{call}: raised {type(error).__name__} as expected, but its message "
-                                f"{str(error)!r} should mention {match!r}") from None
+                                f"{str(error)!r} should mention {match!r}",
+                                f"{call}: raised {type(error).__name__} as expected, but with the wrong message") from None
         return
     except Exception as error:  # noqa: BLE001 (any other exception is the student's answer to report)
         raise ExerciseError(f"{call}: expected {exception.__name__}, got {type(error).__name__}: {error}") from None

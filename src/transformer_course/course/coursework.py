@@ -20,6 +20,8 @@ library and pandas.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import json
 import re
 from collections.abc import Iterable
@@ -221,6 +223,18 @@ def _exercise_cell_problems(chapter: Chapter, exercise: Exercise) -> list[str]:
         problems.append(f"{where}: the test cell must give feedback through transformer_course.course.checks")
     if re.search(r"^\s*assert\b", source, re.MULTILINE):
         problems.append(f"{where}: the test cell uses a bare assert; use transformer_course.course.checks")
+    visible = _HIDDEN_REGION.sub("", source)
+    if not re.search(r"\bcheck_\w+\(", visible):
+        problems.append(f"{where}: the test cell needs a visible self-check (a check_... call outside the "
+                        "hidden region) that a correct answer passes and a typical wrong answer fails")
+    if re.search(r"^[ \t]+### (BEGIN|END) HIDDEN TESTS", source, re.MULTILINE):
+        problems.append(f"{where}: ### BEGIN/END HIDDEN TESTS must start at the beginning of a line "
+                        "(the grader runs the hidden region as top-level code)")
+    borrowed = sorted(_free_names_or_empty(source) & _imported_elsewhere(chapter, exercise))
+    if borrowed:
+        problems.append(f"{where}: the test cell uses {', '.join(borrowed)} without importing it; the grader "
+                        "takes every name a test does not define from the student's notebook, so import it "
+                        "in the test cell")
     return problems
 
 
@@ -239,6 +253,67 @@ def _points_problems(chapter: Chapter, exercise: Exercise) -> list[str]:
         problems.append(f"{where}: refers to objectives {unknown}, which the chapter "
                         f"does not list (it has {sorted(chapter.objectives)})")
     return problems
+
+
+_HIDDEN_REGION = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*",
+                            re.DOTALL | re.MULTILINE)
+
+
+def bound_names(tree: ast.AST) -> set[str]:
+    """Every name a parsed piece of Python binds: assignments, definitions, arguments, imports."""
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+    return bound
+
+
+def free_names(source: str) -> set[str]:
+    """The names a piece of Python reads but never binds, builtins excluded.
+
+    For a test cell these are the names the grader takes from the student's notebook.
+
+    Raises:
+        SyntaxError: if ``source`` is not Python.
+    """
+    tree = ast.parse(source)
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return loaded - bound_names(tree) - set(dir(builtins))
+
+
+def _free_names_or_empty(source: str) -> set[str]:
+    try:
+        return free_names(source)
+    except SyntaxError:
+        return set()
+
+
+def _imported_elsewhere(chapter: Chapter, exercise: Exercise) -> set[str]:
+    """Names the chapter's other code cells bind by import (and the exercise's solution does not bind)."""
+    imported: set[str] = set()
+    solution_bound: set[str] = set()
+    own = {f"{exercise.label}-tests", f"{exercise.label}-solution"}
+    for cell in chapter.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        try:
+            tree = ast.parse(cell_source(cell))
+        except SyntaxError:
+            continue
+        grade_id = nbgrader_metadata(cell).get("grade_id")
+        if grade_id == f"{exercise.label}-solution":
+            solution_bound |= bound_names(tree)
+        if grade_id in own:
+            continue
+        imported |= {(a.asname or a.name).split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names}
+    return imported - solution_bound
 
 
 def format_problems(chapter: Chapter, min_exercises: int = 2, max_exercises: int = 4) -> list[str]:
