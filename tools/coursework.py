@@ -21,7 +21,7 @@ names (a name starting with the chapter's ``dlNNNN`` is accepted too):
 
     submissions/<student_id>/<chapter>.ipynb
 
-It grades each notebook exercise by exercise with ``transformer_course.grading`` (not nbgrader's
+It grades each notebook exercise by exercise with ``transformer_course.course.grading`` (not nbgrader's
 autograde): the student's cells run in a bubblewrap sandbox (a temporary folder, no network, no
 access to the course folder, other submissions or the hidden tests; limits on time and memory),
 and each exercise's test cell, hidden tests included, runs in the grading process on the plain
@@ -61,9 +61,9 @@ CONFIG_TEMPLATE = Path(__file__).resolve().parent / "nbgrader_config.py"
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$")
 
 sys.path.insert(0, str(ROOT / "src"))  # the tool also works before `pip install -e .`
-from transformer_course.coursework import (  # noqa: E402
+from transformer_course.course.coursework import (  # noqa: E402
     format_problems, read_chapter, strip_solution_markers, student_version_leaks)
-from transformer_course.grading import feedback_html  # noqa: E402
+from transformer_course.course.grading import feedback_html  # noqa: E402
 
 
 class CourseworkError(Exception):
@@ -293,7 +293,7 @@ def _chapter_max_points(course: Path, chapter: str) -> list[tuple[str, float, fl
 
 
 def _grade_one(course: Path, chapter: str, path: Path, limits):
-    from transformer_course.grading import grade_notebook
+    from transformer_course.course.grading import grade_notebook
 
     return grade_notebook(path, course / "source" / chapter / f"{chapter}.ipynb",
                           course / "release" / chapter, limits)
@@ -314,7 +314,7 @@ def grade(course: Path, submissions: Path, out: Path, verbose: bool = False, job
         (graded, invalid, timed out...), each chapter a student did not submit ("missing"), and
         each file or folder that was not graded, with the reason.
     """
-    from transformer_course.grading import Limits, sandbox_problem
+    from transformer_course.course.grading import Limits, sandbox_problem
 
     chapters = _released_chapters(course)
     if not chapters:
@@ -386,7 +386,7 @@ def _run_jobs(course: Path, found: dict, limits, jobs: int, verbose: bool) -> di
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from transformer_course.grading import grade_notebook
+    from transformer_course.course.grading import grade_notebook
 
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:

@@ -16,4 +16,4 @@ c.CourseDirectory.course_id = "transformers-executed"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 
 # Grading does not use nbgrader's autograde: tools/coursework.py grades each exercise with
-# transformer_course.grading, the student's code in a sandbox and the hidden tests outside it.
+# transformer_course.course.grading, the student's code in a sandbox and the hidden tests outside it.
