@@ -294,10 +294,13 @@ def _band_block_mask(t: int, behind: int, ahead: int, device: torch.device) -> o
 
 @functools.lru_cache(maxsize=1)
 def _compiled_flex_attention() -> Callable[..., torch.Tensor]:
-    """``torch.compile(flex_attention)``, made once; the compilation itself happens on the first call."""
+    """``torch.compile(flex_attention)``, made once; the compilation itself happens on the first call.
+
+    A new sequence length recompiles once, then torch.compile switches to a kernel for any length.
+    """
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_attention)
 
 
 def _banded_attention_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, behind: int,
@@ -307,7 +310,7 @@ def _banded_attention_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, be
     Off CUDA this path exists for the tests (it checks the mask and the reshaping on any machine);
     FlexAttention's eager fallback materialises the (T, T) scores, so it is not for long sequences.
     """
-    lead, (t, d_head), d_value = q.shape[:-2], q.shape[-2:], v.shape[-1]
+    lead, t, d_value = q.shape[:-2], q.shape[-2], v.shape[-1]
     behind, ahead = min(behind, t - 1), min(ahead, t - 1)
     q, k, v = (x.reshape(-1, 1, t, x.shape[-1]) for x in (q, k, v))  # (N, 1, T, Dh): heads as batch
     block_mask = _band_block_mask(t, behind, ahead, q.device)
@@ -372,7 +375,9 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     is scored against the ``L = b + w - 1`` keys (``b + 2 * (w // 2)`` symmetric) that its rows can
     see, all blocks at once in one batched matmul over a strided view of the keys, then the corners
     of each block outside the band and the keys beyond the sequence are masked before the softmax.
-    Memory and compute are O(T * (b + w) * Dh), linear in T for a fixed window.
+    Memory and compute are O(T * (b + w) * Dh), linear in T for a fixed window. That is the
+    readable "blocked" path; the "fused" path hands the same blocks to PyTorch's fused attention
+    kernel, which keeps the scores in the cache, and "flex" runs the band through FlexAttention.
 
     Args:
         q: (..., T, Dh) queries.
@@ -429,9 +434,19 @@ def _ungroup(long: torch.Tensor | None, short: torch.Tensor, t: int, dilation: i
 
 
 def _full_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Dense attention inside each residue class (the classes are batch dims here)."""
-    mask = causal_mask(q.shape[-2], device=q.device) if causal else None
-    return scaled_dot_product_attention(q, k, v, mask=mask)[0]  # (..., M, Dv)
+    """Dense attention inside each residue class (the classes are batch dims here).
+
+    Without autograd the same formula runs in place: the scale goes onto q (T / d x Dh numbers,
+    not (T / d)^2), and the mask and the softmax overwrite the one (M, M) score tensor per class
+    (``torch.softmax(..., out=)``) instead of allocating two more.
+    """
+    mask = causal_mask(q.shape[-2], device=q.device) if causal else None  # (M, M)
+    if _needs_grad(q, k, v):
+        return scaled_dot_product_attention(q, k, v, mask=mask)[0]  # (..., M, Dv)
+    scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)  # (..., M, M), the only one
+    if mask is not None:
+        scores.masked_fill_(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1, out=scores) @ v  # (..., M, Dv)
 
 
 def _per_class(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dilation: int,
