@@ -51,6 +51,7 @@ def test_case_validates_its_kind_and_dtype():
         Case("sliding_window", 16, 1, "float16", window=4)
 
 
+@pytest.mark.slow
 def test_memory_worker_sees_the_dense_mask():
     # The dense approach holds at least its (n, n) bool mask: 16 MiB at n = 4096.
     case = Case("sliding_window", 4096, 1, window=64)

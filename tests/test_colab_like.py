@@ -24,7 +24,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.network, pytest.mark.slow]
 PREFERRED = ["dl0030_positional_encoding.ipynb", "running_the_course.ipynb"]
 TORCH = "torch==2.13.0"
 

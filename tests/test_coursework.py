@@ -238,6 +238,7 @@ def test_the_instructor_table_covers_every_chapter():
 
 # --- grading ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_correct_submission_scores_full_marks(graded):
     totals, grades, _ = graded
     assert _points(grades, "correct") == {1: 3, 2: 2, 3: 1}
@@ -245,29 +246,34 @@ def test_a_correct_submission_scores_full_marks(graded):
     assert totals["correct", FIXTURE]["status"] == "graded"
 
 
+@pytest.mark.slow
 def test_an_untouched_student_version_scores_zero(graded):
     totals, grades, _ = graded
     assert _points(grades, "untouched") == {1: 0, 2: 0, 3: 0}
     assert totals["untouched", FIXTURE]["points"] == "0"
 
 
+@pytest.mark.slow
 def test_a_wrong_answer_loses_exactly_that_exercises_points(graded):
     totals, grades, _ = graded
     assert _points(grades, "wrong") == {1: 3, 2: 0, 3: 1}
     assert totals["wrong", FIXTURE]["points"] == "4"
 
 
+@pytest.mark.slow
 def test_a_crashing_cell_costs_its_exercise_not_the_run(graded):
     totals, grades, _ = graded
     assert _points(grades, "crash") == {1: 0, 2: 2, 3: 1}
     assert totals["crash", FIXTURE]["status"] == "graded"
 
 
+@pytest.mark.slow
 def test_editing_a_test_cell_does_not_pass_the_hidden_tests(graded):
     totals, grades, _ = graded
     assert _points(grades, "cheat") == {1: 0, 2: 0, 3: 1}
 
 
+@pytest.mark.slow
 def test_an_unreadable_notebook_is_reported_and_scores_zero(graded):
     totals, grades, _ = graded
     assert totals["broken", FIXTURE]["status"].startswith("error")
@@ -275,6 +281,7 @@ def test_an_unreadable_notebook_is_reported_and_scores_zero(graded):
     assert _points(grades, "broken") == {1: 0, 2: 0, 3: 0}
 
 
+@pytest.mark.slow
 def test_grades_csv_has_one_row_per_exercise_and_totals_per_student(graded):
     totals, grades, out = graded
     with open(out / "grades.csv") as handle:
@@ -284,6 +291,7 @@ def test_grades_csv_has_one_row_per_exercise_and_totals_per_student(graded):
     assert totals["wrong", "TOTAL"]["points"] == "4" and totals["wrong", "TOTAL"]["max_points"] == "6"
 
 
+@pytest.mark.slow
 def test_feedback_is_written_per_student_without_revealing_hidden_tests(graded):
     _, _, out = graded
     for student in ("correct", "untouched", "wrong", "crash", "cheat"):

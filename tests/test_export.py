@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "export_figures.py"
@@ -53,6 +54,7 @@ def _export(notebook: Path, out: Path) -> dict[str, bytes]:
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_export_writes_every_exhibit_and_is_byte_identical_across_runs(tmp_path):
     notebook = _chapter(tmp_path / "dl9998_export_check.ipynb")
     first = _export(notebook, tmp_path / "first")

@@ -34,6 +34,7 @@ def test_layer_gradient_norms_shape_and_determinism():
     assert attention.shape == (3,)
 
 
+@pytest.mark.slow
 def test_pre_ln_last_layer_gradient_is_smaller_at_init():
     # Xiong et al. (2020): with Xavier init the layers near the output get large gradients in
     # Post-LN and small ones in Pre-LN. Averaged over two seeds so the test is not about luck.
@@ -64,6 +65,7 @@ def test_sorting_task_and_model():
     assert model(tokens).shape == (3, 5, 7)
 
 
+@pytest.mark.slow
 def test_compare_placements_training_is_reproducible():
     kwargs = dict(steps=3, num_layers=1, d_model=16, num_heads=2, d_ff=32, batch_size=4, seq_len=5, vocab_size=6)
     losses = compare_placements_training(**kwargs)

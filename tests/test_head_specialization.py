@@ -158,6 +158,7 @@ def test_training_is_deterministic():
         assert torch.equal(p, q)
 
 
+@pytest.mark.slow
 def test_short_training_run_specializes_the_four_heads():
     """The chapter's configuration (seed 0): one head per relation, each above 0.85 of the mass."""
     model, _ = hs.train_lookup_model(seed=0)

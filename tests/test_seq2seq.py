@@ -8,6 +8,7 @@ from transformer_course.seq2seq import (encoder_decoder_table, exact_match, held
                                         toy_transformer, train_seq2seq)
 
 
+@pytest.mark.slow
 def test_short_training_run_reverses_heldout_sequences():
     model = toy_transformer(d_model=32, num_heads=4, num_layers=1, d_ff=64)
     losses = train_seq2seq(model, "reverse", length=4, steps=150, batch_size=32, lr=3e-3, warmup_steps=20)

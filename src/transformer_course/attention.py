@@ -70,7 +70,7 @@ def scaled_dot_product_attention(
             raise ValueError(f"bias must broadcast to (..., T={t}, S={s}), got shape {tuple(bias.shape)}")
         scores = scores + bias  # (..., T, S)
     if mask is not None:
-        validate_mask(mask, t, s)
+        mask = validate_mask(mask, t, s).to(scores.device)  # a mask built on the CPU follows the inputs
         scores = scores.masked_fill(~mask, float("-inf"))  # (..., T, S)
     weights = scores.softmax(dim=-1)  # (..., T, S)
     return weights @ v, weights  # (..., T, Dv), (..., T, S)
@@ -171,6 +171,8 @@ class MultiHeadAttention(nn.Module):
         k, v = self._keys_and_values(key, value, cache)  # (B, H, S, Dh) each
         dropout = self.dropout if self.training else 0.0
         if self.fused and not need_weights:
+            if mask is not None:
+                mask = mask.to(q.device)  # a mask built on the CPU follows the inputs
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # (B, H, T, Dh)
             return self.out_proj(self.merge_heads(heads))  # (B, T, D)
         heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, H, T, Dh), (B, H, T, S)

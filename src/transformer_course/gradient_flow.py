@@ -180,7 +180,8 @@ def _sorting_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) ->
 def compare_placements_training(steps: int = 150, lr: float = 1e-3, warmup_steps: int = 0,
                                 num_layers: int = 6, d_model: int = 64, num_heads: int = 4, d_ff: int = 128,
                                 seed: int = 0, vocab_size: int = 16, seq_len: int = 10, batch_size: int = 32,
-                                clip_grad_norm: float | None = None, progress: bool = False) -> pd.DataFrame:
+                                clip_grad_norm: float | None = None, progress: bool = False,
+                                device: torch.device | str = "cpu") -> pd.DataFrame:
     """Train a Post-LN and a Pre-LN ``SortingEncoder`` with the same data, init and schedule.
 
     Both start from the same seed with ``init_xavier_`` and see the same batches (sorting random
@@ -192,6 +193,7 @@ def compare_placements_training(steps: int = 150, lr: float = 1e-3, warmup_steps
         num_layers, d_model, num_heads, d_ff: sizes of both models.
         seed: seeds both models' weights and the data.
         vocab_size, seq_len, batch_size: shape of the sorting task.
+        device: where to train (the weights are drawn on the CPU, then moved).
 
     Returns:
         A DataFrame indexed by step (1..steps) with the training loss of "Post-LN" and "Pre-LN".
@@ -204,7 +206,7 @@ def compare_placements_training(steps: int = 150, lr: float = 1e-3, warmup_steps
     for label, norm_first in PLACEMENTS.items():
         torch.manual_seed(seed)
         model = init_xavier_(SortingEncoder(vocab_size, num_layers, d_model, num_heads, d_ff, norm_first,
-                                            max_len=max(seq_len, 1)))
+                                            max_len=max(seq_len, 1))).to(device)
         losses[label] = fit(model, lambda g: sorting_batch(g, batch_size, seq_len, vocab_size), _sorting_loss,
                             steps, lr=lr, warmup_steps=warmup_steps, seed=seed, progress=progress,
                             clip_grad_norm=clip_grad_norm)

@@ -38,7 +38,7 @@ from torch import nn
 from ._validation import check_int, check_positive_float, check_tensor
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .masks import validate_mask
-from .training import fit
+from .training import fit, model_device
 
 RELATIONS = ("previous", "first", "marker", "digit")
 IGNORE_INDEX = -100
@@ -246,11 +246,12 @@ def train_lookup_model(
     num_markers: int = 4,
     num_digits: int = 4,
     progress: bool = False,
+    device: torch.device | str = "cpu",
 ) -> tuple[LookupModel, list[float]]:
     """Build a :class:`LookupModel` from ``seed`` and train it on the four-lookups task with ``fit``.
 
     The initial weights come from ``seed`` (the global RNG state is saved and restored), the
-    batches from a generator seeded with ``seed``, and training runs on one CPU thread, so the
+    batches from a generator seeded with ``seed``, and ``fit`` trains on one CPU thread, so the
     same arguments give the same model.
 
     Args:
@@ -262,9 +263,10 @@ def train_lookup_model(
         lr: learning rate.
         seq_len, num_letters, num_markers, num_digits: the task's sizes (see :func:`make_lookup_batch`).
         progress: show a progress bar.
+        device: where to train (the weights are drawn on the CPU, then moved).
 
     Returns:
-        The trained model (in eval mode) and the loss at every step.
+        The trained model (in eval mode, on ``device``) and the loss at every step.
     """
     seed = check_int("seed", seed, minimum=0)
     batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -276,12 +278,7 @@ def train_lookup_model(
     def make_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return make_lookup_batch(batch_size, generator, seq_len, num_letters, num_markers, num_digits)
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is as fast, and bitwise reproducible
-    try:
-        losses = fit(model, make_batch, lookup_loss, steps, lr=lr, seed=seed, progress=progress)
-    finally:
-        torch.set_num_threads(threads)
+    losses = fit(model.to(device), make_batch, lookup_loss, steps, lr=lr, seed=seed, progress=progress)
     return model, losses
 
 
@@ -292,6 +289,7 @@ def lookup_accuracy(model: LookupModel, tokens: torch.Tensor, sources: torch.Ten
     Returns:
         Series indexed by relation name.
     """
+    tokens, sources = tokens.to(model_device(model)), sources.to(model_device(model))
     logits = model(tokens)  # (B, R, T, V)
     targets = lookup_targets(tokens, sources)  # (B, R, T)
     valid = targets != IGNORE_INDEX

@@ -28,7 +28,7 @@ from .feedforward import FeedForward
 from .layers import DecoderLayer, EncoderLayer
 from .model import Transformer
 from .normalization import LayerNorm
-from .training import fit
+from .training import fit, model_device
 
 
 def _check_model(model: object) -> Transformer:
@@ -137,9 +137,11 @@ def exact_match(model: Transformer, src: torch.Tensor, labels: torch.Tensor, bos
     check_tensor("labels", labels, ndim=2)
     if labels.shape[0] != src.shape[0]:
         raise ValueError(f"src and labels must have the same batch size, got {src.shape[0]} and {labels.shape[0]}")
+    src, labels = src.to(model_device(model)), labels.to(model_device(model))
     generated = model.greedy_decode(src, labels.shape[1], bos_id, eos_id, use_cache=use_cache)[:, 1:]  # (B, <= T)
     if generated.shape[1] < labels.shape[1]:  # every row stopped early: pad with <eos> as greedy_decode does
-        fill = torch.full((src.shape[0], labels.shape[1] - generated.shape[1]), eos_id, dtype=generated.dtype)
+        fill = torch.full((src.shape[0], labels.shape[1] - generated.shape[1]), eos_id, dtype=generated.dtype,
+                          device=generated.device)
         generated = torch.cat((generated, fill), dim=1)  # (B, T)
     return float((generated == labels).all(dim=1).float().mean())
 

@@ -9,8 +9,14 @@ from torch import nn
 from tqdm import tqdm
 
 from ._validation import check_int, check_positive_float
+from .timing import threads
 
 Batch = tuple[torch.Tensor, ...]
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of ``model``'s first parameter (the CPU for a model without parameters)."""
+    return next(model.parameters(), torch.empty(0)).device
 
 
 def fit(
@@ -26,9 +32,14 @@ def fit(
 ) -> list[float]:
     """Train ``model`` for ``steps`` Adam steps on fresh batches; return the loss of every step.
 
+    Training follows the model: batches are drawn on the CPU and moved to the model's device. On
+    the CPU it runs on one thread: the course's toy models gain nothing from more, and one thread
+    sums in the same order on every machine, so the same arguments give the same losses.
+
     Args:
         model: the module to train (put in train mode for the duration, eval mode after).
-        make_batch: draws one batch from a ``torch.Generator`` (so the data are reproducible).
+        make_batch: draws one batch (a tuple of tensors) from a CPU ``torch.Generator``, so the data
+            are reproducible on every device; each tensor is moved to the model's device.
         loss_fn: computes the scalar loss of ``model`` on a batch.
         steps: number of optimizer steps.
         lr: peak learning rate.
@@ -45,20 +56,23 @@ def fit(
     steps = check_int("steps", steps, minimum=1)
     lr = check_positive_float("lr", lr)
     warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
-    generator = torch.Generator().manual_seed(check_int("seed", seed))
+    generator = torch.Generator().manual_seed(check_int("seed", seed))  # batches are drawn on the CPU
+    device = model_device(model)  # ... and moved to the model's device
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)
     losses = []
     model.train()
-    for _ in tqdm(range(steps), disable=not progress, desc="training", leave=False):
-        loss = loss_fn(model, make_batch(generator))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip_grad_norm is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
-        optimizer.step()
-        schedule.step()
-        losses.append(float(loss.detach()))
+    with threads(1 if device.type == "cpu" else None):
+        for _ in tqdm(range(steps), disable=not progress, desc="training", leave=False):
+            batch = tuple(tensor.to(device) for tensor in make_batch(generator))
+            loss = loss_fn(model, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip_grad_norm is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+            optimizer.step()
+            schedule.step()
+            losses.append(float(loss.detach()))
     model.eval()
     return losses
