@@ -44,15 +44,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils import benchmark
 
-from transformer_course.attention import MultiHeadAttention
-from transformer_course.efficient_attention import (
+from transformer_course.nn.attention import MultiHeadAttention
+from transformer_course.nn.interop import to_torch_multihead_attention
+from transformer_course.nn.masks import dilated_mask, dilated_sliding_window_mask, sliding_window_mask
+from transformer_course.nn.sparse_attention import (
     dilated_attention,
     dilated_sliding_window_attention,
-    dilated_sliding_window_mask,
     sliding_window_attention,
 )
-from transformer_course.head_specialization import to_torch_multihead_attention
-from transformer_course.masks import dilated_mask, sliding_window_mask
 
 RESULTS = Path(__file__).resolve().parent / "results"
 D_HEAD = 64
@@ -155,9 +154,10 @@ def interleaved_seconds(calls: dict[str, Callable[[], object]], device: torch.de
     return times
 
 
-def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int = 1) -> float:
+def median_seconds(fn: Callable[[], object], repeats: int, device: torch.device | None = None,
+                   warmup: int = 1) -> float:
     """Median seconds of ``fn()`` over ``repeats`` calls (see :func:`interleaved_seconds`)."""
-    return statistics.median(interleaved_seconds({"fn": fn}, device, repeats, warmup)["fn"])
+    return statistics.median(interleaved_seconds({"fn": fn}, device or torch.device("cpu"), repeats, warmup)["fn"])
 
 
 def _qkv(case: Case, device: torch.device, seed: int = 0) -> tuple[torch.Tensor, ...]:
