@@ -1,38 +1,62 @@
 """The benchmark script runs (quick mode) and its implementations agree; timings are never asserted."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("benchmarks_run", ROOT / "benchmarks" / "run.py")
 benchmarks_run = importlib.util.module_from_spec(spec)
+sys.modules["benchmarks_run"] = benchmarks_run  # its dataclass looks its module up while being defined
 spec.loader.exec_module(benchmarks_run)
+Case = benchmarks_run.Case
 
 
 def test_quick_benchmark_produces_a_correct_table(tmp_path):
     out = tmp_path / "quick.csv"
     assert benchmarks_run.main(["--quick", "--out", str(out)]) == 0
-    import pandas as pd
-
     frame = pd.read_csv(out)
-    assert set(frame.benchmark) == {"sliding_window", "dilated", "mha_forward_backward"}
-    assert {"package banded", "package dilated", "package MHA (fused, default)",
+    assert set(frame.benchmark) == {"sliding_window", "dilated", "dilated_sliding_window", "mha_forward_backward"}
+    assert {"package sliding_window_attention", "package blocked (readable)", "package dilated_attention",
+            "package dilated_sliding_window_attention", "package MHA (fused, default)",
             "package MHA (hand-written)", "nn.MultiheadAttention"} <= set(frame.implementation)
-    assert (frame.max_abs_error < 1e-4).all(), frame[["implementation", "max_abs_error"]]
-    assert (frame.median_ms > 0).all()
+    assert set(frame[frame.benchmark == "sliding_window"].heads) == {1, 2}  # one head and several
+    assert (frame.max_abs_error < 1e-4).all() and frame.error_ok.all(), frame[["implementation", "max_abs_error"]]
+    assert (frame.median_ms > 0).all() and (frame.min_ms <= frame.median_ms).all() and (frame.median_ms <= frame.max_ms).all()
     reference = frame[frame.implementation.isin(["dense SDPA + mask", "nn.MultiheadAttention"])]
-    assert (reference.time_vs_reference == 1).all()
+    assert (reference.time_vs_dense == 1).all()
     assert out.with_suffix(".json").exists()
+    page = out.with_suffix(".md").read_text()
+    assert "**Machine:**" in page and "torch " in page and "**Targets:**" in page
+
+
+def test_full_run_cases_cover_what_readers_run():
+    cpu = benchmarks_run.cases(torch.device("cpu"), quick=False)
+    assert {(c.kind, c.heads) for c in cpu} >= {("sliding_window", 1), ("sliding_window", 8), ("dilated", 1)}
+    assert all(c.dtype == "float32" and c.n == 16_384 for c in cpu)
+    cuda = benchmarks_run.cases(torch.device("cuda"), quick=False)
+    sliding = {(c.n, c.heads, c.dtype) for c in cuda if c.kind == "sliding_window"}
+    assert {(n, 8, dtype) for n in (16_384, 65_536) for dtype in ("float32", "bfloat16")} <= sliding
+    assert any(c.kind == "dilated_sliding_window" for c in cuda)
+
+
+def test_case_validates_its_kind_and_dtype():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Case("banded", 16, 1)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        Case("sliding_window", 16, 1, "float16", window=4)
 
 
 @pytest.mark.slow
 def test_memory_worker_sees_the_dense_mask():
     # The dense approach holds at least its (n, n) bool mask: 16 MiB at n = 4096.
-    dense = benchmarks_run.peak_memory_mb("sliding_window", "dense SDPA + mask", 4096, 64)
-    banded = benchmarks_run.peak_memory_mb("sliding_window", "package banded", 4096, 64)
+    case = Case("sliding_window", 4096, 1, window=64)
+    dense = benchmarks_run.peak_memory_mb(case, "dense SDPA + mask")
+    banded = benchmarks_run.peak_memory_mb(case, "package sliding_window_attention")
     assert dense >= 16
     assert banded < dense
 

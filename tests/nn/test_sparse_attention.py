@@ -12,6 +12,9 @@ from transformer_course.measure.memory import MemoryTracker, measure_attention, 
 from transformer_course.nn.attention import scaled_dot_product_attention
 from transformer_course.nn.masks import band_limits, dilated_mask, dilated_sliding_window_mask, sliding_window_mask
 from transformer_course.nn.sparse_attention import (
+    IMPLEMENTATIONS,
+    _band_block_mask,
+    _choose_implementation,
     dilated_attention,
     dilated_sliding_window_attention,
     score_counts,
@@ -38,19 +41,72 @@ def test_sliding_window_equals_dense_masked(gen, t, window, causal):
     torch.testing.assert_close(sliding_window_attention(q, k, v, window, causal), expected, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("t", [1, 2, 7, 31, 64, 100, 257])
+@pytest.mark.parametrize("window", [1, 2, 3, 8, 33, 64, 130, 600])
+def test_fused_path_equals_dense_masked(gen, t, window, causal):
+    q, k, v = _qkv(gen, 2, 3, t, 8, d_value=5)
+    expected = _dense(q, k, v, sliding_window_mask(t, window, causal))
+    got = sliding_window_attention(q, k, v, window, causal, implementation="fused")
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("t,window", [(1, 3), (31, 8), (200, 33), (300, 64), (130, 600)])
+def test_flex_path_equals_dense_masked(gen, t, window, causal):
+    # On the CPU FlexAttention runs its unfused reference: this checks the band's mask_mod, the
+    # cached block mask and the reshaping that the compiled CUDA kernel receives.
+    q, k, v = _qkv(gen, 2, 3, t, 8, d_value=5)
+    expected = _dense(q, k, v, sliding_window_mask(t, window, causal))
+    got = sliding_window_attention(q, k, v, window, causal, implementation="flex")
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("implementation", ["blocked", "fused"])
 @pytest.mark.parametrize("block_size", [1, 3, 16, 50, 1000])
-def test_sliding_window_any_block_size(gen, block_size):
+def test_sliding_window_any_block_size(gen, block_size, implementation):
     q, k, v = _qkv(gen, 97, 4)
     for window, causal in ((9, False), (9, True), (40, False)):
         expected = _dense(q, k, v, sliding_window_mask(97, window, causal))
-        got = sliding_window_attention(q, k, v, window, causal, block_size=block_size)
+        got = sliding_window_attention(q, k, v, window, causal, block_size=block_size, implementation=implementation)
         torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
 
 
-def test_sliding_window_matches_torch_sdpa_float32(gen):
+def test_fused_path_takes_non_contiguous_heads(gen):
+    q, k, v = _qkv(gen, 2, 300, 3, 8)  # (B, T, H, Dh): heads not yet moved in front
+    q, k, v = (x.transpose(1, 2) for x in (q, k, v))  # (B, H, T, Dh), non-contiguous views
+    expected = _dense(q, k, v, sliding_window_mask(300, 40))
+    torch.testing.assert_close(sliding_window_attention(q, k, v, 40, implementation="fused"), expected,
+                               atol=1e-12, rtol=0)
+
+
+def test_auto_picks_flex_on_cuda_fused_for_inference_blocked_for_training(gen):
+    assert _choose_implementation(torch.device("cuda", 0), needs_grad=False) == "flex"
+    assert _choose_implementation(torch.device("cuda", 0), needs_grad=True) == "flex"
+    assert _choose_implementation(torch.device("cpu"), needs_grad=False) == "fused"
+    assert _choose_implementation(torch.device("cpu"), needs_grad=True) == "blocked"
+    assert set(IMPLEMENTATIONS) == {"auto", "blocked", "fused", "flex"}
+    q, k, v = _qkv(gen, 50, 4)
+    x = q.clone().requires_grad_()
+    sliding_window_attention(x, k, v, 8).sum().backward()  # auto: the blocked path, which backpropagates
+    with torch.no_grad():
+        torch.testing.assert_close(sliding_window_attention(x, k, v, 8), _dense(q, k, v, sliding_window_mask(50, 8)),
+                                   atol=1e-12, rtol=0)
+
+
+def test_flex_block_mask_is_built_once_per_length_band_and_device():
+    cpu = torch.device("cpu")
+    assert _band_block_mask(300, 4, 4, cpu) is _band_block_mask(300, 4, 4, cpu)
+    assert _band_block_mask(300, 4, 4, cpu) is not _band_block_mask(300, 7, 0, cpu)  # the causal band differs
+    assert _band_block_mask(300, 4, 4, cpu) is not _band_block_mask(301, 4, 4, cpu)
+
+
+@pytest.mark.parametrize("implementation", ["blocked", "fused", "flex"])
+def test_sliding_window_matches_torch_sdpa_float32(gen, implementation):
     q, k, v = _qkv(gen, 2, 500, 16, dtype=torch.float32)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=sliding_window_mask(500, 64))
-    torch.testing.assert_close(sliding_window_attention(q, k, v, 64), expected, atol=1e-5, rtol=1e-5)
+    got = sliding_window_attention(q, k, v, 64, implementation=implementation)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_window_wider_than_sequence_is_full_attention(gen):
@@ -88,12 +144,13 @@ def test_dilation_one_is_full_attention(gen):
     torch.testing.assert_close(dilated_attention(q, k, v, 1), _dense(q, k, v, None), atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("implementation", ["blocked", "fused", "flex"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("t,window,dilation", [(1, 3, 2), (24, 5, 3), (100, 9, 4), (131, 4, 7), (50, 1, 5), (64, 200, 2)])
-def test_dilated_sliding_window_equals_dense_masked(gen, t, window, dilation, causal):
+def test_dilated_sliding_window_equals_dense_masked(gen, t, window, dilation, causal, implementation):
     q, k, v = _qkv(gen, 2, t, 8)
     expected = _dense(q, k, v, dilated_sliding_window_mask(t, window, dilation, causal))
-    got = dilated_sliding_window_attention(q, k, v, window, dilation, causal)
+    got = dilated_sliding_window_attention(q, k, v, window, dilation, causal, implementation=implementation)
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
 
 
@@ -135,12 +192,26 @@ def test_no_quadratic_tensor_is_created(gen):
     assert dilated_largest == t * t // 8
 
 
-def test_peak_memory_grows_linearly_with_length(gen):
+@pytest.mark.parametrize("implementation", ["blocked", "fused"])
+def test_peak_memory_grows_linearly_with_length(gen, implementation):
     peaks = []
     for t in (1024, 2048, 4096):
         q, k, v = _qkv(gen, 1, t, 16, dtype=torch.float32)
-        peaks.append(peak_memory(sliding_window_attention, q, k, v, 64)[0])
+        peaks.append(peak_memory(sliding_window_attention, q, k, v, 64, implementation=implementation)[0])
     assert 1.8 < peaks[1] / peaks[0] < 2.2 and 1.8 < peaks[2] / peaks[1] < 2.2
+
+
+def test_fused_path_never_holds_a_score_block(gen):
+    # The blocked path holds all (nb, b, L) score blocks at once; the fused one hands them to a
+    # kernel that keeps them in cache, so what it holds is about the output (and its parts), the
+    # edge masks, and its views of k and v (which the tracker charges as if they were new).
+    t, window, d_head = 4096, 64, 16
+    q, k, v = _qkv(gen, 1, t, d_head, dtype=torch.float32)
+    blocked_peak, blocked_largest = peak_memory(sliding_window_attention, q, k, v, window, implementation="blocked")
+    fused_peak, _ = peak_memory(sliding_window_attention, q, k, v, window, implementation="fused")
+    assert blocked_largest >= t * window  # every score of the band, and the masked corners
+    assert fused_peak <= 5 * t * d_head * 4  # k and v, the output and its parts: a few (T, Dh) tensors
+    assert fused_peak < blocked_peak / 2
 
 
 def test_memory_tracker_counts_views_once_and_releases():
@@ -186,6 +257,12 @@ def test_measure_attention_table(gen):
     (lambda q: sliding_window_attention(q, q, q, 2.0), TypeError, "window must be an int"),
     (lambda q: sliding_window_attention(q, q, q, 3, causal=1), TypeError, "causal must be a bool"),
     (lambda q: sliding_window_attention(q, q, q, 3, block_size=0), ValueError, "block_size must be >= 1"),
+    (lambda q: sliding_window_attention(q, q, q, 3, implementation="fast"), ValueError, "implementation must be one of"),
+    (lambda q: sliding_window_attention(q, q, q, 3, implementation=None), TypeError, "implementation must be a str"),
+    (lambda q: sliding_window_attention(q.requires_grad_(), q, q, 3, implementation="fused"), ValueError,
+     "cannot backpropagate"),
+    (lambda q: dilated_sliding_window_attention(q, q, q, 3, 2, implementation="Flex"), ValueError,
+     "implementation must be one of"),
     (lambda q: sliding_window_attention(q, q[:5], q[:5], 3), ValueError, "same length T"),
     (lambda q: sliding_window_attention(q.long(), q, q, 3), TypeError, "q must be a floating-point"),
     (lambda q: sliding_window_attention(q, q.float(), q, 3), TypeError, "share one dtype"),
@@ -218,7 +295,8 @@ def test_banded_computes_a_band_not_the_dense_matrix():
                                F.scaled_dot_product_attention(q, k, v, attn_mask=sliding_window_mask(n, window)),
                                atol=1e-5, rtol=1e-4)
     dense = count_flops(lambda: scaled_dot_product_attention(q, k, v, mask=sliding_window_mask(n, window)))
-    banded = count_flops(lambda: sliding_window_attention(q, k, v, window))
+    # The blocked path, whose matmuls FlopCounterMode sees (the fused CPU kernel is opaque to it).
+    banded = count_flops(lambda: sliding_window_attention(q, k, v, window, implementation="blocked"))
     assert dense == 4 * n * n * head_width  # Q K^T and weights @ V, 2 FLOPs per multiply-add
     keys_per_query = banded / (4 * n * head_width)
     assert window <= keys_per_query < n / 4, f"the blocked path computes {keys_per_query:.0f} keys per query"

@@ -1,14 +1,28 @@
 """Sparse attention that never builds the n x n score matrix: banded (sliding window) and dilated.
 
-Shape legend: ... any leading batch/head dims (B, H), T sequence length (queries = keys),
-Dh head width, Dv value width, nb number of blocks, b block size, L keys per block window.
+Shape legend: ... any leading batch/head dims (B, H), N their product, T sequence length
+(queries = keys), Dh head width, Dv value width, nb number of blocks, b block size, L keys per
+block window, E edge blocks.
 
 Each function here equals dense attention with the matching mask of :mod:`transformer_course.nn.masks`
 (the tests check it in float64), but computes only the scores the mask keeps:
 
 * :func:`sliding_window_attention` cuts the sequence into query blocks of ``b`` positions and
-  compares each block with the ``L = b + w - 1`` keys its rows can see, all blocks in one batched
-  matmul: memory and compute O(T * (b + w)) instead of O(T^2).
+  compares each block with the ``L = b + w - 1`` keys its rows can see: memory and compute
+  O(T * (b + w)) instead of O(T^2). Three interchangeable paths compute it:
+
+  - ``"blocked"``, the readable one the chapter explains: all blocks in one batched matmul over a
+    strided view of the keys, then one softmax; it supports autograd.
+  - ``"fused"``, the fast CPU path for inference: the same blocks, handed as a batch of small
+    attention problems (each block's queries against its window of keys, under the shared band
+    pattern) to PyTorch's fused ``F.scaled_dot_product_attention``, whose kernel keeps each tile
+    of scores in the cache while it takes the softmax and the weighted sum: the scores never
+    travel to main memory, and the keys are read through a strided view, never gathered.
+  - ``"flex"``: PyTorch's FlexAttention with a block mask built once per (T, band, device); on
+    CUDA it is compiled into one fused kernel (the score tiles never leave on-chip memory).
+
+  ``implementation="auto"`` takes FlexAttention on CUDA, the fused path on other devices when no
+  gradient is needed, and the blocked path otherwise.
 * :func:`dilated_attention` regroups the sequence into the ``d`` interleaved subsequences
   ``r, r + d, r + 2d, ...`` and runs full attention inside each: ``d * (T / d)^2 = T^2 / d`` scores.
 * :func:`dilated_sliding_window_attention` does both (Longformer's dilated window).
@@ -26,9 +40,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from transformer_course._validation import check_bool, check_int
+from transformer_course._validation import check_bool, check_choice, check_int
 from .attention import _attention, _check_qkv
 from .masks import band_limits, causal_mask
+
 
 def _check_self_attention(q: object, k: object, v: object) -> int:
     """Validate q, k, v for self-attention over one sequence; return its length T."""
@@ -96,9 +111,10 @@ def score_counts(t: int, window: int | None = None, dilation: int | None = None,
 
 
 def _default_block(behind: int, ahead: int) -> int:
-    # A block computes b x (b + behind + ahead) scores to keep about b x (behind + ahead + 1):
-    # blocks of a quarter of the band waste about a quarter, and stay large enough for fast matmuls.
-    return max(32, min(128, (behind + ahead + 1) // 4))
+    # A block computes b x (b + behind + ahead) scores to keep about b x (behind + ahead + 1), so it
+    # wastes about b / (b + band): an eighth of the band wastes about 11 %, and 32 to 128 query rows
+    # keep each (b, Dh) x (Dh, L) product large enough for the matmul kernels to run at full speed.
+    return max(32, min(128, (behind + ahead + 1) // 8))
 
 
 @functools.lru_cache(maxsize=64)
@@ -164,8 +180,158 @@ def _banded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, behind:
     return out.view(n, nb * b, d_value)[:, :t].reshape(*lead, t, d_value)  # (..., T, Dv)
 
 
+def _banded_attention_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, behind: int, ahead: int,
+                            block: int) -> torch.Tensor:
+    """:func:`_banded_attention` with the blocks handed to PyTorch's fused attention kernel.
+
+    The blocks are the same; what changes is where their scores live. The blocked path writes all
+    N nb (b, L) score blocks to main memory and reads them back for the max, the exponential, the
+    sum and the second matmul. Here every block is one small attention problem, its b queries
+    against its L keys under the shared band pattern, and all of them go to
+    ``F.scaled_dot_product_attention`` in one call, as a batch of (N, nb) problems. On the CPU its
+    flash-attention kernel scores a tile of a few dozen queries against a few hundred keys, takes
+    the softmax with a running maximum and adds the weighted values while the tile is in the core's
+    cache, then moves on: the scores never reach main memory, and one parallel loop covers every
+    block of every head.
+
+    Nothing is copied or padded: the blocks whose window lies inside the sequence read their keys
+    and values through a strided view (``unfold``), and the few blocks at each end, whose windows
+    would run off the sequence, are one small attention problem per end with the exact band mask.
+    No autograd (the blocked path is the one to train through).
+    """
+    lead, (t, d_head), d_value = q.shape[:-2], q.shape[-2:], v.shape[-1]
+    behind, ahead = min(behind, t - 1), min(ahead, t - 1)
+    b = min(block, t)
+    span = b + behind + ahead  # L
+    q, k, v = (x.reshape(-1, t, x.shape[-1]) for x in (q, k, v))  # (N, T, Dh): N = prod(leading dims)
+    first = -(-behind // b)  # blocks before it see keys before position 0
+    last = max(first, (t - b - ahead) // b + 1) if t >= b + ahead else first  # from it on, keys past T - 1
+    parts = []
+    if first * b > 0:
+        parts.append(_band_rectangle(q, k, v, 0, min(first * b, t), behind, ahead))  # (N, first b, Dv)
+    if first < last:  # the interior: every block's window lies inside the sequence
+        keys = slice(first * b - behind, (last - 1) * b + b + ahead)  # the keys the interior blocks see
+        q_blocks = q[:, first * b:last * b].unflatten(1, (last - first, b))  # (N, nb', b, Dh), a view
+        k_windows = k[:, keys].unfold(1, span, b).transpose(-2, -1)  # (N, nb', L, Dh), a view
+        v_windows = v[:, keys].unfold(1, span, b).transpose(-2, -1)  # (N, nb', L, Dv), a view
+        band_bias = _band_bias(b, behind + ahead, q.dtype, q.device, torch.is_inference_mode_enabled())  # (b, L)
+        out = F.scaled_dot_product_attention(q_blocks, k_windows, v_windows, attn_mask=band_bias)  # (N, nb', b, Dv)
+        parts.append(out.flatten(1, 2))  # (N, nb' b, Dv)
+    if max(first, last) * b < t:
+        parts.append(_band_rectangle(q, k, v, max(first, last) * b, t, behind, ahead))  # (N, T - last b, Dv)
+    return torch.cat(parts, dim=1).reshape(*lead, t, d_value)  # (..., T, Dv)
+
+
+def _band_rectangle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, stop: int, behind: int,
+                    ahead: int) -> torch.Tensor:
+    """Queries start ... stop - 1 against every key their band reaches, with the exact band mask."""
+    key_start, key_stop = max(0, start - behind), min(q.shape[1], stop + ahead)
+    bias = _rectangle_bias(stop - start, key_stop - key_start, start - key_start, behind, ahead, q.dtype,
+                           q.device, torch.is_inference_mode_enabled())  # (Tq, Tk)
+    q, k, v = q[:, None, start:stop], k[:, None, key_start:key_stop], v[:, None, key_start:key_stop]  # (N, 1, ., D)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)[:, 0]  # (N, Tq, Dv): 4-D for the fused kernel
+
+
+@functools.lru_cache(maxsize=64)
+def _rectangle_bias(rows: int, cols: int, shift: int, behind: int, ahead: int, dtype: torch.dtype,
+                    device: torch.device, inference: bool = False) -> torch.Tensor:
+    """(rows, cols) additive band pattern: row r is query shift + r of the key range, 0 where it may attend."""
+    offset = torch.arange(shift, shift + rows, device=device).unsqueeze(1) - torch.arange(cols, device=device)  # i - j
+    in_band = (offset <= behind) & (offset >= -ahead)  # (rows, cols)
+    return torch.zeros(rows, cols, dtype=dtype, device=device).masked_fill_(~in_band, float("-inf"))
+
+
+@functools.lru_cache(maxsize=32)
+def _band_block_mask(t: int, behind: int, ahead: int, device: torch.device) -> object:
+    """FlexAttention's ``BlockMask`` for the band -ahead <= i - j <= behind, built once per (T, band, device).
+
+    Building it evaluates the band on every (128, 128) tile to list the tiles that hold any kept
+    pair; the cache makes that a one-time cost per sequence length, as FlexAttention's docs advise.
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def band(batch, head, i, j):
+        return (i - j <= behind) & (j - i <= ahead)
+
+    return create_block_mask(band, None, None, t, t, device=str(device))
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_flex_attention() -> Callable[..., torch.Tensor]:
+    """``torch.compile(flex_attention)``, made once; the compilation itself happens on the first call.
+
+    A new sequence length recompiles once, then torch.compile switches to a kernel for any length.
+    """
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention)
+
+
+def _banded_attention_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, behind: int,
+                           ahead: int) -> torch.Tensor:
+    """The band through FlexAttention: compiled (fused) on CUDA, its unfused reference elsewhere.
+
+    Off CUDA this path exists for the tests (it checks the mask and the reshaping on any machine);
+    FlexAttention's eager fallback materialises the (T, T) scores, so it is not for long sequences.
+    """
+    lead, t, d_value = q.shape[:-2], q.shape[-2], v.shape[-1]
+    behind, ahead = min(behind, t - 1), min(ahead, t - 1)
+    q, k, v = (x.reshape(-1, 1, t, x.shape[-1]) for x in (q, k, v))  # (N, 1, T, Dh): heads as batch
+    block_mask = _band_block_mask(t, behind, ahead, q.device)
+    if q.device.type == "cuda":
+        out = _compiled_flex_attention()(q, k, v, block_mask=block_mask)  # (N, 1, T, Dv)
+    else:
+        import warnings
+
+        from torch.nn.attention.flex_attention import flex_attention
+
+        with warnings.catch_warnings():  # its "unfused implementation" notice: known, and intended here
+            warnings.simplefilter("ignore", UserWarning)
+            out = flex_attention(q, k, v, block_mask=block_mask)  # (N, 1, T, Dv)
+    return out.reshape(*lead, t, d_value)  # (..., T, Dv)
+
+
+IMPLEMENTATIONS = ("auto", "blocked", "fused", "flex")
+
+
+def _needs_grad(*tensors: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
+
+
+def _choose_implementation(device: torch.device, needs_grad: bool) -> str:
+    """What ``implementation="auto"`` runs: FlexAttention on CUDA, else fused unless autograd needs the blocked path."""
+    if device.type == "cuda":
+        return "flex"
+    return "blocked" if needs_grad else "fused"
+
+
+def _check_implementation(implementation: object, *tensors: torch.Tensor) -> str:
+    """Validate ``implementation`` and resolve "auto" for these inputs."""
+    if not isinstance(implementation, str):
+        raise TypeError(f"implementation must be a str, got {type(implementation).__name__} ({implementation!r})")
+    check_choice("implementation", implementation, IMPLEMENTATIONS)
+    needs_grad = _needs_grad(*tensors)
+    if implementation == "auto":
+        return _choose_implementation(tensors[0].device, needs_grad)
+    if implementation == "fused" and needs_grad:
+        raise ValueError("implementation 'fused' is for inference and cannot backpropagate; got inputs that "
+                         "require grad: use 'blocked' (or 'auto'), or call it under torch.no_grad()")
+    return implementation
+
+
+def _banded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, behind: int, ahead: int, block: int,
+            implementation: str) -> torch.Tensor:
+    """Run the band with the (resolved) implementation."""
+    if implementation == "flex":
+        return _banded_attention_flex(q, k, v, behind, ahead)
+    if implementation == "fused":
+        return _banded_attention_fused(q, k, v, behind, ahead, block)
+    return _banded_attention(q, k, v, behind, ahead, block)
+
+
 def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
-                             causal: bool = False, *, block_size: int | None = None) -> torch.Tensor:
+                             causal: bool = False, *, block_size: int | None = None,
+                             implementation: str = "auto") -> torch.Tensor:
     """softmax(q k^T / sqrt(Dh), masked to |i - j| <= w // 2) v, without the (T, T) matrix.
 
     Equal to dense attention with ``sliding_window_mask(T, window, causal)`` (causal: the last
@@ -173,7 +339,9 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     is scored against the ``L = b + w - 1`` keys (``b + 2 * (w // 2)`` symmetric) that its rows can
     see, all blocks at once in one batched matmul over a strided view of the keys, then the corners
     of each block outside the band and the keys beyond the sequence are masked before the softmax.
-    Memory and compute are O(T * (b + w) * Dh), linear in T for a fixed window.
+    Memory and compute are O(T * (b + w) * Dh), linear in T for a fixed window. That is the
+    readable "blocked" path; the "fused" path hands the same blocks to PyTorch's fused attention
+    kernel, which keeps the scores in the cache, and "flex" runs the band through FlexAttention.
 
     Args:
         q: (..., T, Dh) queries.
@@ -181,21 +349,25 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         v: (..., T, Dv) values.
         window: window width w >= 1; w >= 2T - 1 (w >= T causal) is full attention.
         causal: if True, query i sees keys i - w + 1 ... i.
-        block_size: queries per block b (default: w / 4, clipped to [32, 128]).
+        block_size: queries per block b (default: w / 8, clipped to [32, 128]).
+        implementation: "blocked" (the readable path, autograd), "fused" (the blocks through
+            PyTorch's fused attention kernel; inference only), "flex" (FlexAttention, compiled on
+            CUDA) or "auto" (flex on CUDA, else fused when no gradient is needed, else blocked).
 
     Returns:
         (..., T, Dv) the attention outputs.
 
     Raises:
         TypeError: if an input is not a floating tensor, dtypes differ, or an option has the wrong type.
-        ValueError: on mismatched shapes, ``window < 1`` or ``block_size < 1``.
+        ValueError: on mismatched shapes, ``window < 1``, ``block_size < 1``, an unknown
+            ``implementation``, or "fused" for inputs that require grad.
 
     Beltagy et al., 2020, "Longformer: The Long-Document Transformer", section 3.1.
     """
     _check_self_attention(q, k, v)
     behind, ahead = band_limits(window, causal)
     block = _default_block(behind, ahead) if block_size is None else check_int("block_size", block_size, minimum=1)
-    return _banded_attention(q, k, v, behind, ahead, block)
+    return _banded(q, k, v, behind, ahead, block, _check_implementation(implementation, q, k, v))
 
 
 def _regroup(x: torch.Tensor, dilation: int) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -226,9 +398,19 @@ def _ungroup(long: torch.Tensor | None, short: torch.Tensor, t: int, dilation: i
 
 
 def _full_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Dense attention inside each residue class (the classes are batch dims here)."""
-    mask = causal_mask(q.shape[-2], device=q.device) if causal else None
-    return _attention(q, k, v, mask)[0]  # (..., M, Dv)
+    """Dense attention inside each residue class (the classes are batch dims here).
+
+    Without autograd the same formula runs in place: the scale goes onto q (T / d x Dh numbers,
+    not (T / d)^2), and the mask and the softmax overwrite the one (M, M) score tensor per class
+    (``torch.softmax(..., out=)``) instead of allocating two more.
+    """
+    mask = causal_mask(q.shape[-2], device=q.device) if causal else None  # (M, M)
+    if _needs_grad(q, k, v):
+        return _attention(q, k, v, mask)[0]  # (..., M, Dv)
+    scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)  # (..., M, M), the only one
+    if mask is not None:
+        scores.masked_fill_(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1, out=scores) @ v  # (..., M, Dv)
 
 
 def _per_class(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dilation: int,
@@ -279,7 +461,8 @@ def dilated_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dilatio
 
 
 def dilated_sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
-                                     dilation: int, causal: bool = False) -> torch.Tensor:
+                                     dilation: int, causal: bool = False, *,
+                                     implementation: str = "auto") -> torch.Tensor:
     """Attention under :func:`~transformer_course.nn.masks.dilated_sliding_window_mask`: a sliding window inside each residue class.
 
     Positions i and j = i - k d of one class mod d are k apart inside the class, so the dilated
@@ -293,6 +476,8 @@ def dilated_sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.
         window: keys per query w >= 1.
         dilation: gap d >= 1 between attended keys.
         causal: if True, only look back.
+        implementation: the window's implementation inside each class, as in
+            :func:`sliding_window_attention`.
 
     Returns:
         (..., T, Dv) the attention outputs.
@@ -306,4 +491,6 @@ def dilated_sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.
     dilation = check_int("dilation", dilation, minimum=1)
     behind, ahead = band_limits(window, causal)
     block = _default_block(behind, ahead)
-    return _per_class(q, k, v, dilation, lambda qc, kc, vc: _banded_attention(qc, kc, vc, behind, ahead, block))
+    path = _check_implementation(implementation, q, k, v)
+    return _per_class(q, k, v, dilation, lambda qc, kc, vc: _banded(qc, kc, vc, behind, ahead, block, path))
+
