@@ -79,12 +79,13 @@ def drop_vendored_mathjax_scripts(app: Sphinx, config: Any) -> None:
 def default_colour_mode(app: Sphinx, config: Any) -> None:
     """Give the theme an explicit default colour mode ("auto").
 
-    pydata-sphinx-theme reads the stored mode, else ``default_mode``; Jupyter Book leaves the latter
-    empty, so every first visit logged "Got invalid theme mode" before falling back to auto.
+    pydata-sphinx-theme reads the stored mode, else ``html_context["default_mode"]``; Jupyter Book
+    leaves the latter empty, so every first visit logged "Got invalid theme mode" before falling
+    back to auto.
     """
-    options = dict(config.html_theme_options or {})
-    options.setdefault("default_mode", "auto")
-    config.html_theme_options = options
+    context = dict(config.html_context or {})
+    context.setdefault("default_mode", "auto")
+    config.html_context = context
 
 
 def student_edition_links(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any],

@@ -95,8 +95,11 @@ def test_a_student_notebook_runs_to_its_first_exercise_with_only_its_first_cells
     assert url == REPOSITORY_URL, (url, REPOSITORY_URL)
     package = tmp_path / "package"
     package.mkdir()
-    archive = subprocess.run(["git", "archive", ref, "pyproject.toml", "README.md", "src"], cwd=ROOT,
-                             capture_output=True, check=True).stdout
+    archived = subprocess.run(["git", "archive", ref, "pyproject.toml", "README.md", "src"], cwd=ROOT,
+                              capture_output=True)
+    if archived.returncode != 0:
+        pytest.skip(f"commit {ref} is not in this clone (a shallow checkout?): {archived.stderr.decode()[:200]}")
+    archive = archived.stdout
     subprocess.run(["tar", "-x", "-C", str(package)], input=archive, check=True)
     _run(pip + [str(package), "ipykernel", "nbclient"], cwd=tmp_path, env=env)
 

@@ -19,7 +19,8 @@ blocked and recorded. The checks:
 * pages read well: every page, at a phone's 390 px and a desktop's 1280 px, in both themes, is
   no wider than the window (long code wraps, wide tables and formulas scroll in their own box); no
   page shows more than one stderr block; every figure of a notebook output has at least 2 image
-  pixels per displayed pixel (sharp on HiDPI screens); no exercise shows a literal code fence
+  pixels per displayed pixel (sharp on HiDPI screens); a box that scrolls sideways fades its
+  hidden edge (``_static/course.js``); no exercise shows a literal code fence
   (its body is Markdown); every page has a favicon.
 
 A full-page screenshot of each page in each theme is saved under ``artifacts/screenshots/``
@@ -134,6 +135,14 @@ INSPECT_JS = """() => {
     exerciseBodies: Array.from(document.querySelectorAll(".exercise")).map(el => el.textContent),
     favicon: (document.querySelector("link[rel~='icon']") || {}).href || null,
     printButtons: document.querySelectorAll("[onclick*='print()']").length,
+    // Boxes that scroll sideways (course.css) but show no cue (course.js's faded edge).
+    uncued: Array.from(document.querySelectorAll(
+        ".pst-scrollable-table-container, .cell_output .output, div.math, mjx-container[display='true']"))
+      .filter(box => box.scrollWidth - box.clientWidth > 1 && box.scrollLeft === 0 &&
+                     !box.classList.contains("scroll-more-right"))
+      .map(box => `${box.tagName.toLowerCase()}.${Array.from(box.classList).join(".")}: ` +
+                  `${(box.textContent || "").trim().slice(0, 60)}`),
+    cued: document.querySelectorAll(".scroll-more-right").length,
   };
 }"""
 
@@ -260,7 +269,7 @@ def _visit(context, base: str, page_path: str, theme: str) -> dict:
                 "mathUntypeset": [], "mathErrors": 0, "figureReprs": [], "mathjaxLoaded": False, "links": [target],
                 "console_errors": [], "external": [], "failed": [], "redirect": True, "viewport": 0,
                 "pageWidth": 0, "wide": [], "stderrBlocks": 0, "exerciseBodies": [], "favicon": None,
-                "printButtons": 0}
+                "printButtons": 0, "uncued": [], "cued": 0}
     page = context.new_page()
     console_errors: list[str] = []
     external: list[str] = []
@@ -445,6 +454,15 @@ def test_no_page_scrolls_sideways_on_a_phone_or_a_desktop(visits):
             problems.append(f"{page} [{theme}]: {info['pageWidth']} px wide in a {info['viewport']} px "
                             f"window; sticking out: {info['wide']}")
     assert seen, "no pages visited"
+    assert not problems, "\n".join(problems)
+
+
+def test_boxes_that_scroll_sideways_show_a_cue(visits):
+    problems, cued = [], 0
+    for page, theme, info in _each(visits, themes=THEMES + PHONE_THEMES):
+        cued += info["cued"]
+        problems += [f"{page} [{theme}]: scrolls sideways without a cue: {box}" for box in info["uncued"]]
+    assert cued, "no box scrolls sideways anywhere, not even on a phone: is course.js loaded?"
     assert not problems, "\n".join(problems)
 
 
