@@ -22,6 +22,8 @@ leaves a gated solution's code cell on the page):
 
     COURSE_EDITION=student jupyter-book build . --path-output _build/student
 
+(the pages land in ``_build/student/_build/html``).
+
 Loaded through ``sphinx.local_extensions`` in ``_config.yml``.
 """
 
