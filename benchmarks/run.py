@@ -35,11 +35,11 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from transformer_course.attention import MultiHeadAttention
-from transformer_course.efficient_attention import dilated_attention, sliding_window_attention
-from transformer_course.head_specialization import to_torch_multihead_attention
-from transformer_course.masks import dilated_mask, sliding_window_mask
-from transformer_course.timing import median_time
+from transformer_course.measure.timing import median_times
+from transformer_course.nn.attention import MultiHeadAttention
+from transformer_course.nn.interop import to_torch_multihead_attention
+from transformer_course.nn.masks import dilated_mask, sliding_window_mask
+from transformer_course.nn.sparse_attention import dilated_attention, sliding_window_attention
 
 RESULTS = Path(__file__).resolve().parent / "results"
 IMPLEMENTATIONS = {
@@ -60,13 +60,9 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int = 1) -> float:
-    """Median wall-clock seconds of ``fn()``, waiting for the device to finish each call."""
-    def call() -> None:
-        fn()
-        synchronize(device)
-
-    return median_time(call, repeats=repeats, warmup=warmup)
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """Median seconds of ``fn()`` (``torch.utils.benchmark`` waits for the device to finish each call)."""
+    return median_times({"call": fn}, repeats=repeats)["call"]
 
 
 def _qkv(n: int, d_head: int, device: torch.device, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -125,7 +121,7 @@ def bench_attention(kind: str, n: int, param: int, device: torch.device, repeats
             if reference is None:
                 reference = out
             error = float((out - reference).abs().max())
-            seconds = median_seconds(lambda: fn(q, k, v), device, repeats)
+            seconds = median_seconds(lambda: fn(q, k, v), repeats)
             rows.append({"benchmark": kind, "implementation": name, "n": n, "param": param,
                          "median_ms": 1000 * seconds, "max_abs_error": error,
                          "first_call_compile_s": compile_seconds})
@@ -160,7 +156,7 @@ def bench_mha(device: torch.device, repeats: int, batch: int, t: int, d: int, he
     rows = []
     for name, call in calls.items():
         error = errors[name]
-        seconds = median_seconds(lambda: step(call), device, repeats)
+        seconds = median_seconds(lambda: step(call), repeats)
         rows.append({"benchmark": "mha_forward_backward", "implementation": name, "n": t,
                      "param": heads, "median_ms": 1000 * seconds, "max_abs_error": error,
                      "first_call_compile_s": None})

@@ -23,11 +23,11 @@ TOOL = ROOT / "tools" / "export_figures.py"
 def _chapter(path: Path) -> Path:
     cells = [
         nbformat.v4.new_markdown_cell("# DL9998 · Export check"),
-        nbformat.v4.new_code_cell("from transformer_course.notebook import setup_notebook\n\n"
+        nbformat.v4.new_code_cell("from transformer_course.course.notebook import setup_notebook\n\n"
                                   "device = setup_notebook(seed=0)"),
-        nbformat.v4.new_code_cell("from transformer_course.cost import flop_share_table\n"
+        nbformat.v4.new_code_cell("from transformer_course.measure.cost import flop_share_table\n"
                                   "from transformer_course.plotting.positional import plot_pe_matrix\n"
-                                  "from transformer_course.positional import sinusoidal_encoding"),
+                                  "from transformer_course.nn.positional import sinusoidal_encoding"),
         nbformat.v4.new_code_cell(
             "fig = plot_pe_matrix(sinusoidal_encoding(32, 16))\nfig",
             metadata={"mystnb": {"figure": {"caption": "Figure 1: The encoding.", "name": "fig-dl9998-pe"},
@@ -85,5 +85,5 @@ def test_export_writes_every_exhibit_and_is_byte_identical_across_runs(tmp_path)
          f"{chapter}/fig-dl9998-pe.png {chapter}/fig-dl9998-pe.svg"),
         ("Figure 2", "transformer_course.plotting.positional.plot_pe_matrix",
          f"{chapter}/figure-2.png {chapter}/figure-2.svg"),
-        ("Table 1", "transformer_course.cost.flop_share_table", f"{chapter}/tbl-dl9998-flops.csv"),
+        ("Table 1", "transformer_course.measure.cost.flop_share_table", f"{chapter}/tbl-dl9998-flops.csv"),
     ]

@@ -400,7 +400,7 @@ def test_every_internal_link_resolves(visits):
 
 
 def test_every_chapter_page_has_colab_and_download_links_to_its_student_edition(visits):
-    from transformer_course.coursework import LEAK_PATTERNS
+    from transformer_course.course.coursework import LEAK_PATTERNS
 
     repository = CONFIG["repository"]
     owner_repo = urllib.parse.urlsplit(repository["url"]).path.strip("/")

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import student_edition  # noqa: E402
 
-from transformer_course.coursework import LEAK_PATTERNS  # noqa: E402
+from transformer_course.course.coursework import LEAK_PATTERNS  # noqa: E402
 
 CHAPTERS = sorted((ROOT / "chapters").glob("dl00*.ipynb"))
 EDITIONS = [ROOT / "student" / p.name for p in CHAPTERS]

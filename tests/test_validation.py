@@ -3,21 +3,21 @@
 import pytest
 import torch
 
-from transformer_course.attention import MultiHeadAttention, scaled_dot_product_attention
-from transformer_course.cost import block_flops, count_parameters, measure_flops, parameter_breakdown
-from transformer_course.feedforward import FeedForward
-from transformer_course.layers import DecoderLayer, EncoderLayer
-from transformer_course.masks import causal_mask, dilated_mask, padding_mask, sliding_window_mask
-from transformer_course.model import Transformer, TransformerConfig
-from transformer_course.normalization import LayerNorm
-from transformer_course.positional import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding, alibi_bias,
+from transformer_course.experiments.training import fit
+from transformer_course.measure.cost import block_flops, count_parameters, measure_flops, parameter_breakdown
+from transformer_course.nn.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer_course.nn.feedforward import FeedForward
+from transformer_course.nn.layers import DecoderLayer, EncoderLayer
+from transformer_course.nn.masks import causal_mask, dilated_mask, padding_mask, sliding_window_mask
+from transformer_course.nn.model import Transformer, TransformerConfig
+from transformer_course.nn.normalization import LayerNorm
+from transformer_course.nn.positional import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding, alibi_bias,
                                            rotary_embedding, sinusoidal_encoding)
-from transformer_course.rnn import ElmanRNN
-from transformer_course.training import fit
+from transformer_course.nn.rnn import ElmanRNN
 
 q = torch.randn(1, 2, 4, 8)
 x = torch.randn(2, 5, 16)
-tiny_model = Transformer(10, 10, 16, 2, 1, 1, 32, max_len=8)
+tiny_model = Transformer(TransformerConfig(10, 10, 16, 2, 1, 1, 32, max_len=8))
 
 CASES = [
     (lambda: MultiHeadAttention(10, 3), ValueError, "d_model must be divisible by num_heads"),
@@ -87,5 +87,14 @@ def test_bad_input_raises_clear_error(call, error, message):
         call()
 
 
-def test_there_are_at_least_25_distinct_invalid_calls():
-    assert len({message for _, _, message in CASES}) >= 25
+def test_a_fully_masked_row_is_refused_once_at_the_door_and_layers_never_sync(monkeypatch):
+    """The NaN check reads mask values (a device sync), so only public entry points run it."""
+    src, tgt = torch.randint(0, 10, (2, 3)), torch.randint(0, 10, (2, 4))
+    blocked = torch.zeros(2, 1, 1, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match="src_mask leaves at least one query with no key"):
+        tiny_model(src, tgt, src_mask=blocked)
+    reads = []
+    monkeypatch.setattr(torch.Tensor, "__bool__", lambda self: reads.append(self.shape) or True)
+    EncoderLayer(16, 2, 32)(x, mask=torch.ones(5, 5, dtype=torch.bool))
+    MultiHeadAttention(16, 2)(x, x, x, mask=torch.ones(5, 5, dtype=torch.bool))
+    assert reads == []  # no bool(tensor) in a layer's forward

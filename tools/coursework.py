@@ -1,4 +1,4 @@
-"""The chapters as coursework: release student versions, then grade submissions, with nbgrader.
+"""The chapters as coursework: release student versions with nbgrader, then grade submissions in a sandbox.
 
     python tools/coursework.py release --out course/
     python tools/coursework.py grade --course course/ --submissions submissions/ --out grades/
@@ -21,17 +21,21 @@ names (a name starting with the chapter's ``dlNNNN`` is accepted too):
 
     submissions/<student_id>/<chapter>.ipynb
 
-It copies them into ``course/submitted/``, runs nbgrader's autograde (which restores the locked
-test cells, hidden tests included, from the gradebook before executing, so editing a test cell
-gains nothing) and generate_feedback, and writes
+It grades each notebook exercise by exercise with ``transformer_course.course.grading`` (not nbgrader's
+autograde): the student's cells run in a bubblewrap sandbox (a temporary folder, no network, no
+access to the course folder, other submissions or the hidden tests; limits on time and memory),
+and each exercise's test cell, hidden tests included, runs in the grading process on the plain
+values the sandbox hands back. It writes
 
-    grades/grades.csv     student, chapter, exercise, points, max_points (one row per exercise)
-    grades/totals.csv     student, chapter, points, max_points, status (one row per chapter
-                          graded in this run, plus a row "TOTAL" per student)
-    grades/feedback/<student_id>/<chapter>.html   nbgrader's feedback report
+    grades/grades.csv     student, chapter, exercise, points, max_points, result (one row per exercise)
+    grades/totals.csv     student, chapter, points, max_points, status, file: one row per submitted
+                          chapter, per chapter a student did not submit ("missing"), per file or
+                          folder that was not graded (with the reason), and a "TOTAL" per student
+    grades/feedback/<student_id>/<chapter>.html   per exercise: result, points, a message
 
-A crashing cell costs the exercises that depend on it, not the run. Autograding executes student
-code with your permissions: grade untrusted submissions inside a container or a throwaway VM.
+and prints a summary. Options: ``--jobs N`` (parallel notebooks), ``--timeout S`` (per exercise,
+default 60), ``--memory-mb``, and ``--no-sandbox`` (only for submissions you trust: without it,
+grading refuses to run student code when bubblewrap is missing or broken).
 """
 
 from __future__ import annotations
@@ -43,9 +47,11 @@ import os
 import re
 import shutil
 import sys
+import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -55,8 +61,9 @@ CONFIG_TEMPLATE = Path(__file__).resolve().parent / "nbgrader_config.py"
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$")
 
 sys.path.insert(0, str(ROOT / "src"))  # the tool also works before `pip install -e .`
-from transformer_course.coursework import (  # noqa: E402
+from transformer_course.course.coursework import (  # noqa: E402
     format_problems, read_chapter, strip_solution_markers, student_version_leaks)
+from transformer_course.course.grading import feedback_html  # noqa: E402
 
 
 class CourseworkError(Exception):
@@ -103,8 +110,6 @@ def _run_nbgrader(app_class, course: Path, verbose: bool = False, **coursedir_at
 
     _use_in_process_alembic()
     config = _config(course)
-    if app_class.__name__ == "GenerateFeedback":
-        config.HTMLExporter.template_name = "feedback"
     coursedir = CourseDirectory(config=config)
     for name, value in coursedir_attributes.items():
         setattr(coursedir, name, value)
@@ -170,24 +175,34 @@ def release(chapters: list[Path], out: Path, verbose: bool = False) -> list[Path
     return released
 
 
-# --- grade --------------------------------------------------------------------------------------
+# --- grade ------------------------------------------------------------------------------------
+
+NO_STUDENT = "(no student folder)"
+
 
 @dataclass
 class Graded:
-    """One student's result for one chapter."""
+    """One row of totals.csv: a student's chapter, graded or not, with a readable status.
+
+    ``exercises`` holds (label, points, max_points, result) rows for grades.csv; it is empty for
+    rows that are not a chapter attempt (a stray file, a notebook in the wrong place).
+    """
 
     student: str
     chapter: str
-    status: str  # "graded", "missing" or "error: ..."
-    exercises: list[tuple[str, float, float]]  # (exercise label, points, max_points)
+    status: str
+    exercises: list[tuple[str, float, float, str]] = field(default_factory=list)
+    file: str = ""
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
     @property
     def points(self) -> float:
-        return sum(points for _, points, _ in self.exercises)
+        return sum(points for _, points, _, _ in self.exercises)
 
     @property
     def max_points(self) -> float:
-        return sum(max_points for _, _, max_points in self.exercises)
+        return sum(max_points for _, _, max_points, _ in self.exercises)
 
 
 def _released_chapters(course: Path) -> list[str]:
@@ -195,114 +210,215 @@ def _released_chapters(course: Path) -> list[str]:
         if (course / "source").is_dir() else []
 
 
-def find_submissions(submissions: Path, chapters: list[str]) -> tuple[dict[tuple[str, str], Path], list[str]]:
+def _chapter_of(name: str, chapters: list[str]) -> str | None:
+    """The chapter a notebook file name stands for: its stem, or a name starting with its dlNNNN."""
+    stem = Path(name).stem
+    if stem in chapters:
+        return stem
+    matches = [c for c in chapters if stem.startswith(c.split("_")[0])]
+    return matches[0] if len(matches) == 1 else None
+
+
+def find_submissions(submissions: Path, chapters: list[str]) -> tuple[dict[tuple[str, str], Path], list[Graded]]:
     """Map (student, chapter) -> notebook for ``submissions/<student_id>/<chapter>.ipynb``.
 
-    A file named after the chapter's stem matches it; otherwise a name starting with the chapter's
-    ``dlNNNN`` (e.g. a renamed download, ``dl0027 (1).ipynb``) does, when only one file does.
+    A file named after the chapter's stem matches it; so does a name starting with the chapter's
+    ``dlNNNN`` (e.g. a renamed download, ``dl0027 (1).ipynb``). Every other file and folder under
+    ``submissions`` gets a row that says why it was not graded.
 
     Returns:
-        The mapping and a list of warnings about files that were skipped.
+        The notebooks to grade and the rows for everything else.
     """
     if not submissions.is_dir():
         raise CourseworkError(f"{submissions} is not a folder of student folders")
     found: dict[tuple[str, str], Path] = {}
-    warnings = []
-    for folder in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        student = folder.name
-        if not STUDENT_ID.match(student):
-            warnings.append(f"skipped {folder}: a student id may hold only letters, digits and _ . @ + -")
-            continue
-        files = sorted(p for p in folder.glob("*.ipynb"))
-        for chapter in chapters:
-            exact = [p for p in files if p.stem == chapter]
-            prefix = [p for p in files if p.stem.startswith(chapter.split("_")[0])]
-            if exact:
-                found[student, chapter] = exact[0]
-            elif len(prefix) == 1:
-                found[student, chapter] = prefix[0]
-            elif prefix:
-                warnings.append(f"skipped {folder}: {len(prefix)} notebooks could be {chapter}: "
-                                f"{[p.name for p in prefix]}")
-        used = {path for (s, _), path in found.items() if s == student}
-        for path in files:
-            if path not in used:
-                warnings.append(f"skipped {path}: not a released chapter ({', '.join(chapters)})")
-    return found, warnings
+    rows: list[Graded] = []
+
+    def relative(path: Path) -> str:
+        return str(path.relative_to(submissions))
+
+    for entry in sorted(submissions.iterdir()):
+        if entry.name.startswith("."):
+            rows.append(Graded(NO_STUDENT, "", "ignored: a hidden file or folder", file=relative(entry)))
+        elif not entry.is_dir():
+            chapter = _chapter_of(entry.name, chapters) if entry.suffix == ".ipynb" else None
+            rows.append(Graded(NO_STUDENT, chapter or "", "wrong place: a file at the top of the submissions "
+                               "folder belongs to no student; move it into submissions/<student_id>/",
+                               file=relative(entry)))
+        elif not STUDENT_ID.match(entry.name):
+            rows.append(Graded(entry.name, "", "invalid student folder name: use only letters, digits and "
+                               "_ . @ + - (nothing in it was graded)", file=relative(entry)))
+        else:
+            _student_folder(entry, chapters, found, rows, relative)
+    return found, rows
 
 
-def _exercise_of(grade_id: str) -> str:
-    return grade_id[: -len("-tests")] if grade_id.endswith("-tests") else grade_id
+def _student_folder(folder: Path, chapters: list[str], found: dict, rows: list[Graded], relative) -> None:
+    student = folder.name
+    candidates: dict[str, list[Path]] = {}
+    entries = sorted(folder.iterdir())
+    if not entries:
+        rows.append(Graded(student, "", "empty folder: no notebook to grade", file=relative(folder)))
+    for entry in entries:
+        if entry.name.startswith("."):
+            rows.append(Graded(student, "", "ignored: a hidden file or folder", file=relative(entry)))
+        elif entry.is_dir():
+            inside = sorted(p for p in entry.rglob("*") if p.is_file())
+            for path in inside or [entry]:
+                chapter = _chapter_of(path.name, chapters) if path.suffix == ".ipynb" else None
+                rows.append(Graded(student, chapter or "", f"wrong place: inside the subfolder {entry.name}/; "
+                                   f"put notebooks directly in submissions/{student}/ (not graded)",
+                                   file=relative(path)))
+        elif entry.suffix != ".ipynb":
+            rows.append(Graded(student, "", "not a notebook (not graded)", file=relative(entry)))
+        else:
+            chapter = _chapter_of(entry.name, chapters)
+            if chapter is None:
+                rows.append(Graded(student, "", "not a released chapter: name the notebook after one of "
+                                   f"{', '.join(chapters)} (not graded)", file=relative(entry)))
+            else:
+                candidates.setdefault(chapter, []).append(entry)
+    for chapter, paths in candidates.items():
+        if len(paths) == 1:
+            found[student, chapter] = paths[0]
+        else:
+            names = ", ".join(p.name for p in paths)
+            rows.append(Graded(student, chapter, f"two candidates for {chapter}: {names}; keep one "
+                               "and grade again (none was graded)", file=", ".join(relative(p) for p in paths)))
 
 
-def _natural(label: str) -> list:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", label)]
-
-
-def _gradebook_scores(course: Path, student: str, chapter: str) -> list[tuple[str, float, float]]:
-    from nbgrader.api import Gradebook
-    from nbgrader.coursedir import CourseDirectory
-
-    coursedir = CourseDirectory(config=_config(course))
-    with Gradebook(coursedir.db_url, coursedir.course_id) as gradebook:
-        notebook = gradebook.find_submission_notebook(chapter, chapter, student)
-        scores = [(_exercise_of(g.name), float(g.score), float(g.max_score)) for g in notebook.grades]
-    return sorted(scores, key=lambda row: _natural(row[0]))
-
-
-def _chapter_max_points(course: Path, chapter: str) -> list[tuple[str, float, float]]:
+def _chapter_max_points(course: Path, chapter: str) -> list[tuple[str, float, float, str]]:
     exercises = read_chapter(course / "source" / chapter / f"{chapter}.ipynb").exercises
-    return [(e.label, 0.0, float(e.test_points or 0)) for e in exercises]
+    return [(e.label, 0.0, float(e.test_points or 0), "not graded") for e in exercises]
 
 
-def grade(course: Path, submissions: Path, out: Path, verbose: bool = False) -> list[Graded]:
-    """Autograde every submission, write grades.csv, totals.csv and feedback/ under ``out``.
+def _grade_one(course: Path, chapter: str, path: Path, limits):
+    from transformer_course.course.grading import grade_notebook
+
+    return grade_notebook(path, course / "source" / chapter / f"{chapter}.ipynb",
+                          course / "release" / chapter, limits)
+
+
+def grade(course: Path, submissions: Path, out: Path, verbose: bool = False, jobs: int = 1,
+          timeout: float = 60.0, memory_mb: int = 6144, sandbox: bool = True) -> list[Graded]:
+    """Grade every submission exercise by exercise in a sandbox; write grades.csv, totals.csv, feedback/.
+
+    Args:
+        jobs: notebooks graded at once (each in its own processes).
+        timeout: seconds per exercise (its cells and its checks).
+        memory_mb: memory limit of each notebook's kernel.
+        sandbox: False runs student code without bubblewrap: only for trusted submissions.
 
     Returns:
-        One :class:`Graded` per (student, chapter) of the chapters that anyone submitted; a
-        chapter a student did not submit is ``"missing"`` with 0 points.
+        One :class:`Graded` per totals.csv row, the TOTAL rows excepted: each submitted chapter
+        (graded, invalid, timed out...), each chapter a student did not submit ("missing"), and
+        each file or folder that was not graded, with the reason.
     """
-    from nbgrader.converters import Autograde, GenerateFeedback
+    from transformer_course.course.grading import Limits, sandbox_problem
 
     chapters = _released_chapters(course)
     if not chapters:
         raise CourseworkError(f"{course} has no released chapters; run the release command first")
-    found, warnings = find_submissions(submissions, chapters)
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if not found:
-        raise CourseworkError(f"no submissions found in {submissions}: expected "
-                              f"{submissions}/<student_id>/<chapter>.ipynb with chapter one of {chapters}")
-    students = sorted({student for student, _ in found})
-    submitted_chapters = sorted({chapter for _, chapter in found})
-    results = []
-    feedback_dir = out / "feedback"
+    for inside, outside, what in ((out, submissions, "--out"), (course, submissions, "--course")):
+        if inside.resolve() == outside.resolve() or outside.resolve() in inside.resolve().parents:
+            raise CourseworkError(f"{what} {inside} lies inside {outside}; keep the course, the submissions "
+                                  "and the grades in separate folders")
+    found, rows = find_submissions(submissions, chapters)
+    limits = Limits(timeout=timeout, memory_mb=memory_mb, sandbox="bwrap" if sandbox else "none")
+    refused = sandbox_problem() if sandbox and found else None
+    for row in rows:  # a chapter with two candidate notebooks counts as attempted, at 0 points
+        if row.status.startswith("two candidates"):
+            row.exercises = _chapter_max_points(course, row.chapter)
+    results: list[Graded] = list(rows)
+    started = time.monotonic()
+    shutil.rmtree(out / "feedback", ignore_errors=True)  # a re-run writes the same files afresh
+    if refused:
+        print(f"error: the sandbox cannot run: {refused}. Install bubblewrap, or pass --no-sandbox "
+              "if (and only if) you trust every submission.", file=sys.stderr)
+        for (student, chapter), path in sorted(found.items()):
+            results.append(Graded(student, chapter, f"sandbox refused: {refused}",
+                                  _chapter_max_points(course, chapter), str(path.relative_to(submissions))))
+        found = {}
+    elif not sandbox and found:
+        print("warning: grading WITHOUT the sandbox (--no-sandbox): student code runs with your permissions",
+              file=sys.stderr)
+    graded = _run_jobs(course, found, limits, jobs, verbose)
+    for (student, chapter), path in sorted(found.items()):
+        result = graded[student, chapter]
+        file = str(path.relative_to(submissions))
+        if isinstance(result, BaseException):
+            results.append(Graded(student, chapter, f"grader error: {type(result).__name__}: {result}"[:300],
+                                  _chapter_max_points(course, chapter), file))
+            continue
+        results.append(Graded(student, chapter, result.status,
+                              [(e.label, e.points, e.max_points, e.result) for e in result.exercises],
+                              file, result.seconds, result.cpu_seconds))
+        feedback = out / "feedback" / student
+        feedback.mkdir(parents=True, exist_ok=True)
+        (feedback / f"{chapter}.html").write_text(feedback_html(student, chapter, result), encoding="utf-8")
+    attempted = {(g.student, g.chapter) for g in results if g.exercises}
+    students = sorted({g.student for g in results if g.student != NO_STUDENT and STUDENT_ID.match(g.student)})
+    submitted_chapters = sorted({chapter for _, chapter in attempted})
     for student in students:
         for chapter in submitted_chapters:
-            if (student, chapter) not in found:
+            if (student, chapter) not in attempted:
                 results.append(Graded(student, chapter, "missing", _chapter_max_points(course, chapter)))
-                continue
-            target = course / "submitted" / student / chapter
-            shutil.rmtree(target, ignore_errors=True)
-            target.mkdir(parents=True)
-            shutil.copyfile(found[student, chapter], target / f"{chapter}.ipynb")
-            result = _run_nbgrader(Autograde, course, verbose, assignment_id=chapter, student_id=student)
-            if not result["success"]:
-                reason = (result.get("log", "") + result.get("error", "")).strip().splitlines()
-                status = "error: " + (reason[-1] if reason else "autograde failed")
-                results.append(Graded(student, chapter, status, _chapter_max_points(course, chapter)))
-                print(f"error: could not grade {found[student, chapter]}: {status}", file=sys.stderr)
-                continue
-            results.append(Graded(student, chapter, "graded", _gradebook_scores(course, student, chapter)))
-            feedback = _run_nbgrader(GenerateFeedback, course, verbose, assignment_id=chapter, student_id=student)
-            html = course / "feedback" / student / chapter / f"{chapter}.html"
-            if feedback["success"] and html.exists():
-                (feedback_dir / student).mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(html, feedback_dir / student / f"{chapter}.html")
-            else:
-                print(f"warning: no feedback for {student} {chapter}: {feedback.get('error', '')}", file=sys.stderr)
+    results.sort(key=lambda g: (g.student, g.chapter, g.file))
     write_csvs(results, out)
+    _print_summary(results, time.monotonic() - started, jobs)
     return results
+
+
+def _run_jobs(course: Path, found: dict, limits, jobs: int, verbose: bool) -> dict:
+    """Grade the notebooks, ``jobs`` at a time; a failure of one is recorded as its own result."""
+    graded: dict[tuple[str, str], Any] = {}
+    if not found:
+        return graded
+    if jobs <= 1:
+        for key, path in sorted(found.items()):
+            try:
+                graded[key] = _grade_one(course, key[1], path, limits)
+            except Exception as error:  # noqa: BLE001 (one broken submission never stops the others)
+                graded[key] = error
+            if verbose:
+                print(f"graded {key[0]} {key[1]}", file=sys.stderr)
+        return graded
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from transformer_course.course.grading import grade_notebook
+
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {key: pool.submit(grade_notebook, path, course / "source" / key[1] / f"{key[1]}.ipynb",
+                                    course / "release" / key[1], limits)
+                   for key, path in sorted(found.items())}
+        for key, future in futures.items():
+            try:
+                graded[key] = future.result()
+            except Exception as error:  # noqa: BLE001
+                graded[key] = error
+            if verbose:
+                print(f"graded {key[0]} {key[1]}", file=sys.stderr)
+    return graded
+
+
+def _print_summary(results: list[Graded], seconds: float, jobs: int) -> None:
+    graded = [g for g in results if g.seconds > 0]
+    counts: dict[str, int] = {}
+    for g in results:
+        kind = re.split(r"[:;]| for ", g.status)[0]
+        counts[kind] = counts.get(kind, 0) + 1
+    print(f"summary: {len(results)} rows: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    if graded:
+        times = sorted(g.seconds for g in graded)
+        cpu = sorted(g.cpu_seconds for g in graded)
+        print(f"summary: {len(graded)} notebooks graded in {seconds:.0f} s with {jobs} job(s); per notebook "
+              f"median {times[len(times) // 2]:.1f} s (CPU {cpu[len(cpu) // 2]:.1f} s), slowest {times[-1]:.1f} s")
+    for g in results:
+        if g.status != "graded":
+            where = f" ({g.file})" if g.file else ""
+            print(f"  {g.student} {g.chapter or '-'}{where}: {g.status}")
 
 
 def _number(value: float) -> int | float:
@@ -310,26 +426,26 @@ def _number(value: float) -> int | float:
 
 
 def write_csvs(results: list[Graded], out: Path) -> None:
-    """Write ``out/grades.csv`` (per exercise) and ``out/totals.csv`` (per chapter and per student)."""
+    """Write ``out/grades.csv`` (per exercise) and ``out/totals.csv`` (per row and per student)."""
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "grades.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", "chapter", "exercise", "points", "max_points"])
+        writer.writerow(["student", "chapter", "exercise", "points", "max_points", "result"])
         for graded in results:
-            for label, points, max_points in graded.exercises:
-                writer.writerow([graded.student, graded.chapter, label, _number(points), _number(max_points)])
+            for label, points, max_points, result in graded.exercises:
+                writer.writerow([graded.student, graded.chapter, label, _number(points), _number(max_points), result])
     with open(out / "totals.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", "chapter", "points", "max_points", "status"])
+        writer.writerow(["student", "chapter", "points", "max_points", "status", "file"])
         for student in sorted({g.student for g in results}):
             own = [g for g in results if g.student == student]
             for graded in own:
                 writer.writerow([student, graded.chapter, _number(graded.points), _number(graded.max_points),
-                                 graded.status])
-            statuses = {g.status for g in own}
-            writer.writerow([student, "TOTAL", _number(sum(g.points for g in own)),
-                             _number(sum(g.max_points for g in own)),
-                             "graded" if statuses == {"graded"} else "incomplete"])
+                                 graded.status, graded.file])
+            if student != NO_STUDENT and STUDENT_ID.match(student):
+                complete = all(g.status.startswith("graded") for g in own)  # time-outs are graded too
+                writer.writerow([student, "TOTAL", _number(sum(g.points for g in own)),
+                                 _number(sum(g.max_points for g in own)), "graded" if complete else "incomplete", ""])
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -343,11 +459,17 @@ def main(argv: list[str] | None = None) -> int:
     release_parser.add_argument("--out", type=Path, required=True, help="the course folder to create or update")
     release_parser.add_argument("chapters", nargs="*", type=Path,
                                 help="chapter notebooks (default: chapters/dl00*.ipynb)")
-    grade_parser = commands.add_parser("grade", help="autograde a folder of submissions")
+    grade_parser = commands.add_parser("grade", help="grade a folder of submissions, each in a sandbox")
     grade_parser.add_argument("--course", type=Path, required=True, help="the course folder made by release")
     grade_parser.add_argument("--submissions", type=Path, required=True,
                               help="a folder holding <student_id>/<chapter>.ipynb")
     grade_parser.add_argument("--out", type=Path, required=True, help="where grades.csv, totals.csv and feedback/ go")
+    grade_parser.add_argument("--jobs", type=int, default=1, help="notebooks graded in parallel (default 1)")
+    grade_parser.add_argument("--timeout", type=float, default=60.0,
+                              help="seconds per exercise, its cells and its checks (default 60)")
+    grade_parser.add_argument("--memory-mb", type=int, default=6144, help="memory limit per notebook (default 6144)")
+    grade_parser.add_argument("--no-sandbox", action="store_true",
+                              help="run student code WITHOUT bubblewrap; only for submissions you trust")
     for sub in (release_parser, grade_parser):
         sub.add_argument("-v", "--verbose", action="store_true", help="show nbgrader's log")
     args = parser.parse_args(argv)
@@ -363,11 +485,12 @@ def main(argv: list[str] | None = None) -> int:
             for path in released:
                 print(f"  {path}")
         else:
-            results = grade(args.course.resolve(), args.submissions.resolve(), args.out.resolve(), args.verbose)
-            for graded in results:
-                print(f"{graded.student:>16}  {graded.chapter:<40} {_number(graded.points):>5} / "
-                      f"{_number(graded.max_points):<5} {graded.status}")
+            results = grade(args.course.resolve(), args.submissions.resolve(), args.out.resolve(), args.verbose,
+                            jobs=args.jobs, timeout=args.timeout, memory_mb=args.memory_mb,
+                            sandbox=not args.no_sandbox)
             print(f"wrote {args.out / 'grades.csv'}, {args.out / 'totals.csv'} and {args.out / 'feedback'}/")
+            if any(g.status.startswith("sandbox refused") for g in results):
+                return 1
     except CourseworkError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

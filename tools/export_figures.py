@@ -3,7 +3,7 @@
     python tools/export_figures.py --out exports/                 # every chapter in _toc.yml
     python tools/export_figures.py --out exports/ chapters/dl0030_positional_encoding.ipynb
 
-Each chapter that has captioned figures or tables (see ``transformer_course.provenance``) is
+Each chapter that has captioned figures or tables (see ``transformer_course.course.provenance``) is
 executed top to bottom in a fresh kernel, as the site build does, with chapters/ as the working
 directory; right after each figure or table cell, the object that cell displayed (the
 ``matplotlib`` ``Figure`` or the ``pandas`` ``DataFrame``) is saved:
@@ -30,9 +30,10 @@ import nbformat
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))  # the provenance parser, even without an installed package
+sys.path.insert(0, str(ROOT / "src"))  # the provenance reader, even without an installed package
 
-from transformer_course.provenance import Exhibit, course_notebooks, notebook_exhibits  # noqa: E402
+from transformer_course.course.ipynb import course_notebooks  # noqa: E402
+from transformer_course.course.provenance import Exhibit, notebook_exhibits  # noqa: E402
 
 PNG_DPI = 200  # sharper than the site's 100 dpi, for slides
 
@@ -55,12 +56,15 @@ _export_shell.display_formatter.format = _export_recording_format
 
 
 def _export_save(base, kind):
-    """Save the last figure (or table) the previous cell displayed, deterministically."""
+    """Save the last figure (or table) the previous cell displayed, deterministically; return the
+    files written and the stamp of the package function that made it."""
     import pathlib
 
     import matplotlib as mpl
     import pandas as pd
     from matplotlib.figure import Figure
+
+    from transformer_course._exhibit import made_by
 
     base = pathlib.Path(base)
     base.parent.mkdir(parents=True, exist_ok=True)
@@ -74,16 +78,16 @@ def _export_save(base, kind):
             break
     _export_displayed.clear()
     if found is None:
-        return []
+        return {"files": [], "made_by": None}
     if kind == "figure":
         with mpl.rc_context({"svg.hashsalt": "transformers-executed", "svg.fonttype": "path"}):
             found.savefig(base.with_suffix(".png"), format="png", dpi=%(dpi)d,
                           metadata={"Software": None})
             found.savefig(base.with_suffix(".svg"), format="svg",
                           metadata={"Date": None, "Creator": None})
-        return [base.with_suffix(".png").name, base.with_suffix(".svg").name]
+        return {"files": [base.with_suffix(".png").name, base.with_suffix(".svg").name], "made_by": made_by(found)}
     found.to_csv(base.with_suffix(".csv"), lineterminator="\n")
-    return [base.with_suffix(".csv").name]
+    return {"files": [base.with_suffix(".csv").name], "made_by": made_by(found)}
 ''' % {"dpi": PNG_DPI}
 
 
@@ -122,12 +126,13 @@ def export_notebook(path: Path, out: Path, timeout: int = 600) -> list[dict[str,
     rows = []
     for exhibit, cell_index in targets:
         text = "".join(o.get("text", "") for o in notebook.cells[cell_index].outputs)
-        files = json.loads(text.strip().splitlines()[-1]) if text.strip() else []
+        saved = json.loads(text.strip().splitlines()[-1]) if text.strip() else {"files": [], "made_by": None}
+        files = saved["files"]
         if not files:
             raise RuntimeError(f"{path.name}: {exhibit.label} (cell {exhibit.cell_index}) displayed no "
                                f"{'matplotlib Figure' if exhibit.kind == 'figure' else 'DataFrame'}")
         rows.append({"chapter": path.stem, "exhibit": exhibit.label, "caption": exhibit.caption,
-                     "function": exhibit.function or "", "files": " ".join(f"{path.stem}/{f}" for f in files)})
+                     "function": saved["made_by"] or "", "files": " ".join(f"{path.stem}/{f}" for f in files)})
     return rows
 
 

@@ -14,11 +14,18 @@ Tensors are batch first. Masks are ``torch.bool`` and broadcastable to (B, H, T,
 **True = may attend** (the convention of ``torch.nn.functional.scaled_dot_product_attention``;
 ``nn.MultiheadAttention`` uses the opposite polarity).
 
-Modules, one idea each:
-    masks, attention, efficient_attention, receptive_field, positional, feedforward,
-    normalization, layers, model, kv_cache, rnn, dependency, cost, timing, gradient_flow,
-    head_specialization, data, seq2seq, training, checks, coursework, provenance, notebook,
-    plotting (one module per figure concern).
+Subpackages, lowest layer first; a layer imports only the layers below it (a contract test,
+``tests/test_layers_contract.py``, enforces it with import-linter):
+
+    nn           the Transformer itself, torch and the standard library only: masks, attention,
+                 sparse_attention, positional, feedforward, normalization, layers, model,
+                 kv_cache, rnn (the baseline), interop (our weights in PyTorch's modules)
+    measure      FLOPs and parameters, timing, memory, autograd-graph paths, receptive fields
+    experiments  toy data, the training loop, the chapters' experiments
+    plotting     figures: one module per concern, diagrams drawn from modules
+    course       notebook setup, exercise checks, coursework tables, grading, provenance
+
+``_validation`` holds the argument checks every layer shares.
 """
 
 __version__ = "0.1.0"

@@ -20,16 +20,17 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
-from ..layers import DecoderLayer, EncoderLayer
-from ..model import Transformer
-from ..seq2seq import layer_norms, sees_future, sublayers
+from transformer_course._validation import check_instance
+from transformer_course._exhibit import exhibit
+from transformer_course.measure.dependency import sees_future
+from transformer_course.nn.layers import DecoderLayer, EncoderLayer
+from transformer_course.nn.model import Transformer
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 
 
 def _check_model(model: object) -> Transformer:
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model must be a transformer_course.model.Transformer, got {type(model).__name__}")
+    check_instance("model", model, Transformer, "transformer_course.nn.model.Transformer")
     return model
 
 
@@ -38,7 +39,7 @@ def sublayer_label(layer: EncoderLayer | DecoderLayer, name: str, causal: bool =
 
     Args:
         layer: the layer that owns the sub-layer.
-        name: "self_attn", "cross_attn" or "feed_forward" (see ``seq2seq.sublayers``).
+        name: "self_attn", "cross_attn" or "feed_forward" (a name in ``layer.SUBLAYERS``).
         causal: whether this self-attention is causally masked (prefix "Masked").
         short: one line, no sizes (for the small boxes of ``plot_stacks``).
     """
@@ -62,8 +63,7 @@ def _draw_layer_block(ax: Axes, layer: EncoderLayer | DecoderLayer, x: float, y:
     """Draw a layer's sub-layers and norms bottom to top from ``y``; return the top y and box centres."""
     box_h, norm_h, gap = 0.75, 0.38, 0.22
     centres: dict[str, tuple[float, float]] = {}
-    norms = layer_norms(layer)
-    for name, norm in zip(sublayers(layer), norms):
+    for name in (sublayer.name for sublayer in layer.SUBLAYERS):
         steps = ["norm", name] if layer.norm_first else [name, "norm"]
         for step in steps:
             y += gap
@@ -82,12 +82,13 @@ def _draw_layer_block(ax: Axes, layer: EncoderLayer | DecoderLayer, x: float, y:
     return y, centres
 
 
+@exhibit
 def plot_transformer(model: Transformer) -> Figure:
     """The encoder-decoder architecture, bottom to top, drawn from a ``Transformer`` instance.
 
     What is read off ``model``: the number of encoder and decoder layers (the "N×" labels), the
     sub-layers of ``model.encoder.layers[0]`` and ``model.decoder.layers[0]`` with their heads and
-    widths, whether each stack's self-attention sees the future (``seq2seq.sees_future``, measured),
+    widths, whether each stack's self-attention sees the future (``measure.dependency.sees_future``, measured),
     the vocabulary sizes, d_model, and whether the embeddings are shared.
 
     Args:
@@ -167,6 +168,7 @@ def plot_transformer(model: Transformer) -> Figure:
     return figure
 
 
+@exhibit
 def plot_encoder_and_decoder_layers(encoder_layer: EncoderLayer, decoder_layer: DecoderLayer) -> Figure:
     """One encoder layer (left) beside one decoder layer (right), each drawn by ``plot_layer``.
 
@@ -175,10 +177,8 @@ def plot_encoder_and_decoder_layers(encoder_layer: EncoderLayer, decoder_layer: 
     """
     from .layer_diagram import plot_layer  # written alongside; imported here to keep this module light
 
-    if not isinstance(encoder_layer, EncoderLayer):
-        raise TypeError(f"encoder_layer must be an EncoderLayer, got {type(encoder_layer).__name__}")
-    if not isinstance(decoder_layer, DecoderLayer):
-        raise TypeError(f"decoder_layer must be a DecoderLayer, got {type(decoder_layer).__name__}")
+    check_instance("encoder_layer", encoder_layer, EncoderLayer)
+    check_instance("decoder_layer", decoder_layer, DecoderLayer)
     figure = new_figure(9.0, 8.0)
     left, right = figure.subplots(1, 2)
     plot_layer(encoder_layer, ax=left)
@@ -186,6 +186,7 @@ def plot_encoder_and_decoder_layers(encoder_layer: EncoderLayer, decoder_layer: 
     return figure
 
 
+@exhibit
 def plot_stacks(model: Transformer) -> Figure:
     """Both stacks layer by layer, a dashed line between them, and the cross-attention bridge.
 
@@ -203,7 +204,7 @@ def plot_stacks(model: Transformer) -> Figure:
     enc_x, dec_x, mid_x = 0.3, 5.4, 4.15
 
     def layer_height(layer):
-        return len(sublayers(layer)) * (box_h + gap) + gap
+        return len(layer.SUBLAYERS) * (box_h + gap) + gap
 
     total = max(sum(layer_height(l) + layer_gap for l in enc_layers),
                 sum(layer_height(l) + layer_gap for l in dec_layers))
@@ -226,7 +227,7 @@ def plot_stacks(model: Transformer) -> Figure:
             ax.text(x - 0.25 if stack == "Encoder" else x + box_w + 0.25, y + height / 2, f"{index + 1}",
                     ha="right" if stack == "Encoder" else "left", va="center", fontsize=9, fontweight="bold")
             yy = y + gap
-            for name in sublayers(layer):
+            for name in (sublayer.name for sublayer in layer.SUBLAYERS):
                 draw_box(ax, x, yy, box_w, box_h, sublayer_label(layer, name, causal, short=True),
                          color=_colour(name), fontsize=8)
                 if name == "cross_attn":
@@ -235,7 +236,7 @@ def plot_stacks(model: Transformer) -> Figure:
             if index + 1 < len(layers):
                 draw_arrow(ax, (x + box_w / 2, y + height), (x + box_w / 2, y + height + layer_gap))
             y += height + layer_gap
-        n_sub = len(sublayers(layers[0]))
+        n_sub = len(layers[0].SUBLAYERS)
         ax.text(x + box_w / 2, total + 0.35, f"{stack}: {len(layers)} layers × {n_sub} sub-layers", ha="center",
                 va="center", fontsize=10, fontweight="bold")
         if stack == "Encoder":
@@ -269,6 +270,7 @@ def _mask_panel(ax: Axes, mask: torch.Tensor, row_label: str, column_label: str,
     ax.set_title(title, fontsize=9)
 
 
+@exhibit
 def plot_attention_sources(encoder_mask: torch.Tensor, decoder_mask: torch.Tensor,
                            cross_mask: torch.Tensor) -> Figure:
     """Where Q, K and V come from in the three attention types, each above its boolean mask.
@@ -319,6 +321,7 @@ def plot_attention_sources(encoder_mask: torch.Tensor, decoder_mask: torch.Tenso
     return figure
 
 
+@exhibit
 def plot_loss_curve(losses: list[float], title: str = "Training loss") -> Figure:
     """Per-step training loss (log scale) with a moving average.
 

@@ -1,6 +1,6 @@
 """Figures of the computation chapter (DL0033): where a block's FLOPs (and its time) go.
 
-The functions take the DataFrames of ``transformer_course.cost`` and ``transformer_course.timing``.
+The functions take the DataFrames of ``transformer_course.measure.cost`` and ``transformer_course.measure.timing``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..cost import BLOCK_COMPONENTS
+from transformer_course._exhibit import exhibit
+from transformer_course.measure.cost import BLOCK_COMPONENTS
 from .style import PALETTE, new_figure
 
 COMPONENT_LABELS = {
@@ -37,6 +38,7 @@ def _check_frame(name: str, frame: object, columns: tuple[str, ...]) -> pd.DataF
     return frame
 
 
+@exhibit
 def plot_share_vs_length(shares: pd.DataFrame, crossover: float, d: int) -> Figure:
     """MHA and FFN share of a block's FLOPs against n (log axis), with the crossover marked.
 
@@ -69,6 +71,7 @@ def plot_share_vs_length(shares: pd.DataFrame, crossover: float, d: int) -> Figu
     return fig
 
 
+@exhibit
 def plot_component_shares(shares: pd.DataFrame) -> Figure:
     """Stacked bars: share (%) of each block component (``BLOCK_COMPONENTS``) for each length n.
 
@@ -101,6 +104,7 @@ def plot_component_shares(shares: pd.DataFrame) -> Figure:
     return fig
 
 
+@exhibit
 def plot_time_vs_flops(components: pd.DataFrame) -> Figure:
     """Side-by-side bars: each component's share of the FLOPs and of the measured time.
 

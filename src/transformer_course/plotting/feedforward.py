@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
-from .._validation import check_tensor
-from ..feedforward import FeedForward
+from transformer_course._exhibit import exhibit
+from transformer_course._validation import check_tensor
+from transformer_course.nn.feedforward import FeedForward
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 
@@ -51,6 +52,7 @@ def ffn_diagram_labels(ffn: FeedForward) -> dict[str, str]:
     }
 
 
+@exhibit
 def plot_ffn_diagram(ffn: FeedForward) -> Figure:
     """d -> d_ff -> d: expand, activate, compress, drawn with box heights proportional to the widths.
 
@@ -88,6 +90,7 @@ def plot_ffn_diagram(ffn: FeedForward) -> Figure:
     return fig
 
 
+@exhibit
 def plot_activations(low: float = -4.0, high: float = 4.0, points: int = 401) -> Figure:
     """ReLU, GELU and SiLU (the gate of SwiGLU) and their derivatives, side by side.
 
@@ -118,6 +121,7 @@ def plot_activations(low: float = -4.0, high: float = 4.0, points: int = 401) ->
     return fig
 
 
+@exhibit
 def plot_position_jacobians(blocks: Mapping[str, torch.Tensor]) -> Figure:
     """Heatmaps of ||d out_i / d in_j|| between positions, one panel per named module.
 

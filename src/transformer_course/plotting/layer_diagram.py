@@ -23,7 +23,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Circle, FancyBboxPatch
 from torch import nn
 
-from ..layers import DecoderLayer, EncoderLayer
+from transformer_course._exhibit import exhibit
+from transformer_course.nn.layers import DecoderLayer, EncoderLayer
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 
@@ -72,8 +73,12 @@ def _norm_label(norm: nn.Module) -> str:
     return f"{name} (over d_model={width})"
 
 
+_TITLES = {"self_attn": "Multi-head self-attention", "cross_attn": "Multi-head cross-attention"}
+_KINDS = {"self_attn": "self-attention", "cross_attn": "cross-attention", "feed_forward": "feed-forward"}
+
+
 def sublayers(layer: EncoderLayer | DecoderLayer) -> list[SubLayer]:
-    """The residual sub-layers of ``layer`` in the order its ``forward`` applies them.
+    """The residual sub-layers of ``layer``, read off ``layer.SUBLAYERS`` (the order ``forward`` applies them).
 
     Args:
         layer: an ``EncoderLayer`` (self-attention, FFN) or a ``DecoderLayer`` (masked
@@ -86,24 +91,21 @@ def sublayers(layer: EncoderLayer | DecoderLayer) -> list[SubLayer]:
         TypeError: if ``layer`` is not an ``EncoderLayer`` or ``DecoderLayer``.
     """
     layer = _check_layer(layer)
-    ffn = layer.feed_forward
-    ffn_label = f"Feed-forward ({ffn.activation})\nd_model={ffn.d_model} → d_ff={ffn.d_ff} → {ffn.d_model}"
-    if isinstance(layer, DecoderLayer):
-        parts = [
-            ("masked self-attention", _attention_label("Masked multi-head self-attention", layer.self_attn),
-             layer.norm1, layer.dropout1, layer.self_attn),
-            ("cross-attention", _attention_label("Multi-head cross-attention", layer.cross_attn),
-             layer.norm2, layer.dropout2, layer.cross_attn),
-            ("feed-forward", ffn_label, layer.norm3, layer.dropout3, ffn),
-        ]
-    else:
-        parts = [
-            ("self-attention", _attention_label("Multi-head self-attention", layer.self_attn),
-             layer.norm1, layer.dropout1, layer.self_attn),
-            ("feed-forward", ffn_label, layer.norm2, layer.dropout2, ffn),
-        ]
-    return [SubLayer(kind, label, _norm_label(norm), float(dropout.p), module)
-            for kind, label, norm, dropout, module in parts]
+    masked = isinstance(layer, DecoderLayer)  # a decoder's self-attention is causally masked
+    parts = []
+    for sublayer in layer.SUBLAYERS:
+        module = getattr(layer, sublayer.name)
+        kind = _KINDS[sublayer.name]
+        if sublayer.name == "feed_forward":
+            label = (f"Feed-forward ({module.activation})\n"
+                     f"d_model={module.d_model} → d_ff={module.d_ff} → {module.d_model}")
+        elif sublayer.name == "self_attn" and masked:
+            kind, label = "masked self-attention", _attention_label("Masked multi-head self-attention", module)
+        else:
+            label = _attention_label(_TITLES[sublayer.name], module)
+        parts.append(SubLayer(kind, label, _norm_label(getattr(layer, sublayer.norm)),
+                              float(getattr(layer, sublayer.dropout).p), module))
+    return parts
 
 
 def describe_layer(layer: EncoderLayer | DecoderLayer) -> list[str]:
@@ -146,6 +148,7 @@ def _limits(layer: EncoderLayer | DecoderLayer) -> tuple[float, float]:
     return -1.2, _height(layer) + 0.75
 
 
+@exhibit
 def plot_layer(layer: EncoderLayer | DecoderLayer, ax: Axes | None = None) -> Figure:
     """Draw one encoder or decoder layer as a bottom-to-top flow read off the module.
 
@@ -226,6 +229,7 @@ def plot_layer(layer: EncoderLayer | DecoderLayer, ax: Axes | None = None) -> Fi
     return ax.figure
 
 
+@exhibit
 def plot_layer_placement(post_ln_layer: EncoderLayer | DecoderLayer,
                          pre_ln_layer: EncoderLayer | DecoderLayer) -> Figure:
     """Post-LN (left) and Pre-LN (right) versions of a layer, side by side.

@@ -15,8 +15,9 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from .._validation import check_int, check_tensor
-from ..attention import MultiHeadAttention
+from transformer_course._exhibit import exhibit
+from transformer_course._validation import check_instance, check_int, check_tensor
+from transformer_course.nn.attention import MultiHeadAttention
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 
@@ -37,8 +38,7 @@ def mha_pipeline_labels(module: MultiHeadAttention) -> dict[str, str]:
     Raises:
         TypeError: if ``module`` is not a ``MultiHeadAttention``.
     """
-    if not isinstance(module, MultiHeadAttention):
-        raise TypeError(f"module must be a MultiHeadAttention, got {type(module).__name__}")
+    check_instance("module", module, MultiHeadAttention)
     h, d, dh = module.num_heads, module.d_model, module.d_head
     return {
         "input": f"Q, K, V\n(B, T, {d})",
@@ -51,6 +51,7 @@ def mha_pipeline_labels(module: MultiHeadAttention) -> dict[str, str]:
     }
 
 
+@exhibit
 def plot_mha_pipeline(module: MultiHeadAttention, max_heads_drawn: int = 4) -> Figure:
     """Diagram of ``module``: project -> split into H heads -> attend in parallel -> concat -> W^O.
 
@@ -106,6 +107,7 @@ def plot_mha_pipeline(module: MultiHeadAttention, max_heads_drawn: int = 4) -> F
     return fig
 
 
+@exhibit
 def plot_head_maps(weights: torch.Tensor, tokens: Sequence[str], titles: Sequence[str] | None = None) -> Figure:
     """One heatmap per head of the attention weights of one input (rows: queries, columns: keys).
 
@@ -147,6 +149,7 @@ def plot_head_maps(weights: torch.Tensor, tokens: Sequence[str], titles: Sequenc
     return fig
 
 
+@exhibit
 def plot_relation_scores(scores: pd.DataFrame) -> Figure:
     """Annotated heatmap of a heads x relations score table (values in [0, 1]).
 
@@ -157,8 +160,7 @@ def plot_relation_scores(scores: pd.DataFrame) -> Figure:
     Returns:
         A ``Figure`` with one axes.
     """
-    if not isinstance(scores, pd.DataFrame):
-        raise TypeError(f"scores must be a pandas.DataFrame, got {type(scores).__name__}")
+    check_instance("scores", scores, pd.DataFrame, "pandas.DataFrame")
     values = scores.to_numpy(dtype=float)
     fig = new_figure(1.3 * values.shape[1] + 2.0, 0.6 * values.shape[0] + 1.4)
     ax = fig.add_subplot()

@@ -3,7 +3,7 @@
 ``plot_norm_axes`` shows a small batch of token vectors before and after LayerNorm (every row
 standardized across its own features) beside BatchNorm (every column standardized across the
 batch), with the mean and standard deviation of every row and column printed at the margins.
-``plot_gradient_flow`` and ``plot_training_race`` draw the tables of ``transformer_course.gradient_flow``.
+``plot_gradient_flow`` and ``plot_training_race`` draw the tables of ``transformer_course.experiments.gradient_flow``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .._validation import check_tensor
-from ..normalization import batch_norm_statistics, layer_norm_statistics, standardize
+from transformer_course._exhibit import exhibit
+from transformer_course._validation import check_tensor
+from transformer_course.nn.normalization import batch_norm_statistics, layer_norm_statistics, standardize
 from .style import PALETTE, new_figure
 
 _POST, _PRE = PALETTE["output"], PALETTE["projection"]
@@ -47,6 +48,7 @@ def _heatmap_with_margins(ax: Axes, values: np.ndarray, title: str, vmax: float)
                 family="monospace", clip_on=False)
 
 
+@exhibit
 def plot_norm_axes(x: torch.Tensor, eps: float = 1e-5) -> Figure:
     """Input | LayerNorm output | BatchNorm output for a batch of N token vectors of width D.
 
@@ -86,6 +88,7 @@ def plot_norm_axes(x: torch.Tensor, eps: float = 1e-5) -> Figure:
     return figure
 
 
+@exhibit
 def plot_gradient_flow(profiles: Mapping[str, pd.DataFrame]) -> Figure:
     """Gradient norm per layer at initialization, Post-LN vs Pre-LN, one panel per setting.
 
@@ -122,6 +125,7 @@ def plot_gradient_flow(profiles: Mapping[str, pd.DataFrame]) -> Figure:
     return figure
 
 
+@exhibit
 def plot_training_race(losses: pd.DataFrame, window: int = 10) -> Figure:
     """Training loss of the Post-LN and Pre-LN models against step, smoothed by a running mean.
 

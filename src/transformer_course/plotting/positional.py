@@ -1,6 +1,6 @@
 """Figures of positional information: the sinusoidal matrix, its waves, similarities, ALiBi biases.
 
-Every function takes data (tensors made by ``transformer_course.positional``) and returns a
+Every function takes data (tensors made by ``transformer_course.nn.positional``) and returns a
 ``Figure`` built with ``new_figure``; nothing is shown and no global state changes.
 """
 
@@ -11,7 +11,8 @@ from typing import Sequence
 import torch
 from matplotlib.figure import Figure
 
-from .._validation import check_tensor
+from transformer_course._exhibit import exhibit
+from transformer_course._validation import check_tensor
 from .style import PALETTE, new_figure
 
 
@@ -20,6 +21,7 @@ def _check_pe(pe: object) -> torch.Tensor:
     return pe.detach().cpu().float()
 
 
+@exhibit
 def plot_pe_matrix(pe: torch.Tensor, title: str = "Sinusoidal positional encoding") -> Figure:
     """Heatmap of a (P, D) encoding: positions down the rows, dimensions along the columns.
 
@@ -44,6 +46,7 @@ def plot_pe_matrix(pe: torch.Tensor, title: str = "Sinusoidal positional encodin
     return fig
 
 
+@exhibit
 def plot_pe_dimensions(pe: torch.Tensor, dims: Sequence[int],
                        labels: Sequence[str] | None = None) -> Figure:
     """Selected columns of a (P, D) encoding as functions of position, one stacked panel each.
@@ -85,6 +88,7 @@ def plot_pe_dimensions(pe: torch.Tensor, dims: Sequence[int],
     return fig
 
 
+@exhibit
 def plot_position_similarity(similarity: torch.Tensor, title: str = "Cosine similarity of encodings") -> Figure:
     """Heatmap of a (P, P) similarity between positions (e.g. ``position_similarity(pe)``).
 
@@ -104,6 +108,7 @@ def plot_position_similarity(similarity: torch.Tensor, title: str = "Cosine simi
     return fig
 
 
+@exhibit
 def plot_alibi_bias(bias: torch.Tensor, slopes: torch.Tensor | None = None, causal: bool = True) -> Figure:
     """One heatmap per head of an ALiBi bias (H, T, T); with ``causal`` the future is left blank.
 

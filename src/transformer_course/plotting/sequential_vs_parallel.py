@@ -2,7 +2,7 @@
 
 ``plot_rnn_vs_transformer`` reads what it draws off the module instances (widths, heads, the
 sub-layers of the block and their order); the curves are drawn from the tables of
-``transformer_course.dependency``.
+``transformer_course.measure.dependency``.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from torch import nn
 
-from .._validation import check_int
-from ..attention import MultiHeadAttention
-from ..feedforward import FeedForward
-from ..normalization import LayerNorm
+from transformer_course._exhibit import exhibit
+from transformer_course._validation import check_int
+from transformer_course.nn.attention import MultiHeadAttention
+from transformer_course.nn.feedforward import FeedForward
+from transformer_course.nn.normalization import LayerNorm
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 
@@ -39,6 +40,7 @@ def _block_rows(layer: nn.Module) -> list[tuple[str, str]]:
     return labelled
 
 
+@exhibit
 def plot_rnn_vs_transformer(rnn: nn.Module, layer: nn.Module, n: int = 5) -> Figure:
     """An unrolled RNN (a chain of n cells) beside a Transformer block that takes all n tokens at once.
 
@@ -92,6 +94,18 @@ def plot_rnn_vs_transformer(rnn: nn.Module, layer: nn.Module, n: int = 5) -> Fig
     return fig
 
 
+def _per_length_axes(name: str, table: object, maker: str) -> tuple[Figure, object, list]:
+    """A new figure for a table indexed by n with one column per model: (figure, axes, lines)."""
+    if not isinstance(table, pd.DataFrame) or table.empty:
+        raise ValueError(f"{name} must be a non-empty DataFrame indexed by n (see {maker})")
+    fig = new_figure(6.4, 4.0)
+    ax = fig.subplots()
+    ax.set_xlabel("sequence length n")
+    colours = [PALETTE["recurrent"], PALETTE["attention"], PALETTE["projection"], PALETTE["ffn"]] * 2
+    return fig, ax, [(column, values.to_numpy(), colour) for (column, values), colour in zip(table.items(), colours)]
+
+
+@exhibit
 def plot_dependency_depth(depths: pd.DataFrame) -> Figure:
     """Measured dependency depth (longest autograd path, token 1 -> output n) against n.
 
@@ -101,23 +115,18 @@ def plot_dependency_depth(depths: pd.DataFrame) -> Figure:
     Returns:
         The figure, with the slope of each line (operations per extra token) in the legend.
     """
-    if not isinstance(depths, pd.DataFrame) or depths.empty:
-        raise ValueError("depths must be a non-empty DataFrame indexed by n (see depth_table)")
-    fig = new_figure(6.4, 4.0)
-    ax = fig.subplots()
-    colours = [PALETTE["recurrent"], PALETTE["attention"], PALETTE["projection"], PALETTE["ffn"]]
+    fig, ax, lines = _per_length_axes("depths", depths, "depth_table")
     lengths = depths.index.to_numpy()
-    for (name, values), colour in zip(depths.items(), colours * 2):
-        values = values.to_numpy()
+    for name, values, colour in lines:
         slope = (values[-1] - values[0]) / (lengths[-1] - lengths[0]) if len(lengths) > 1 else 0.0
         ax.plot(lengths, values, marker="o", color=colour, label=f"{name}: {slope:+g} operations per token")
-    ax.set_xlabel("sequence length n")
     ax.set_ylabel("longest autograd path, token 1 to output n\n(operations that must run in order)")
     ax.legend(frameon=False)
     ax.grid(alpha=0.3)
     return fig
 
 
+@exhibit
 def plot_gradient_reach(gradients: pd.DataFrame) -> Figure:
     """Gradient norm reaching token 1 from output n against n, on a log scale.
 
@@ -127,14 +136,9 @@ def plot_gradient_reach(gradients: pd.DataFrame) -> Figure:
     Returns:
         The figure.
     """
-    if not isinstance(gradients, pd.DataFrame) or gradients.empty:
-        raise ValueError("gradients must be a non-empty DataFrame indexed by n (see gradient_table)")
-    fig = new_figure(6.4, 4.0)
-    ax = fig.subplots()
-    colours = [PALETTE["recurrent"], PALETTE["attention"], PALETTE["projection"], PALETTE["ffn"]]
-    for (name, values), colour in zip(gradients.items(), colours * 2):
+    fig, ax, lines = _per_length_axes("gradients", gradients, "gradient_table")
+    for name, values, colour in lines:
         ax.semilogy(gradients.index, values, marker="o", color=colour, label=name)
-    ax.set_xlabel("sequence length n")
     ax.set_ylabel(r"$\|\partial (u\cdot y_n) / \partial x_1\|$")
     ax.set_title("How much gradient from the last output reaches token 1")
     ax.legend(frameon=False)

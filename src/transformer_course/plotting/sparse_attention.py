@@ -13,6 +13,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from transformer_course._exhibit import exhibit
 from .style import PALETTE, new_figure
 
 _MASK_CMAP = ListedColormap(["#FFFFFF", PALETTE["projection"]])
@@ -36,6 +37,7 @@ def _count(x: float, _pos: object = None) -> str:
     return f"{x:.3g}"
 
 
+@exhibit
 def plot_masks(masks: Mapping[str, torch.Tensor], notes: Mapping[str, str] | None = None,
                suptitle: str | None = None, panel_width: float = 2.9) -> Figure:
     """Boolean masks side by side: a filled cell is a (query, key) pair that may attend.
@@ -72,6 +74,7 @@ def plot_masks(masks: Mapping[str, torch.Tensor], notes: Mapping[str, str] | Non
     return fig
 
 
+@exhibit
 def plot_attention_cost(counts: pd.DataFrame, measured: pd.DataFrame | None = None,
                         highlight: int | None = None, sparse_label: str = "sliding window") -> Figure:
     """Scores counted, and time and memory measured, for dense versus sparse attention across T.
@@ -79,7 +82,7 @@ def plot_attention_cost(counts: pd.DataFrame, measured: pd.DataFrame | None = No
     Args:
         counts: indexed by T, columns ``dense`` and ``sparse`` (number of scores).
         measured: optional, indexed by T, columns ``dense_ms``, ``sparse_ms``, ``dense_MiB``,
-            ``sparse_MiB`` (as returned by :func:`~transformer_course.memory.measure_attention`).
+            ``sparse_MiB`` (as returned by :func:`~transformer_course.measure.memory.measure_attention`).
         highlight: a T of ``counts`` to annotate with both counts and their ratio.
         sparse_label: legend name of the sparse pattern.
 
@@ -123,6 +126,7 @@ def plot_attention_cost(counts: pd.DataFrame, measured: pd.DataFrame | None = No
     return fig
 
 
+@exhibit
 def plot_receptive_field(layers: Sequence[int], measured: Mapping[str, Sequence[float]],
                          predicted: Mapping[str, Sequence[float]] | None = None, length: int | None = None) -> Figure:
     """Receptive field (positions one output reads) against the number of stacked layers.

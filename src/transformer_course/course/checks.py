@@ -1,0 +1,200 @@
+"""Readable feedback for exercises: each check raises ``ExerciseError`` saying what is wrong.
+
+A bare ``AssertionError`` tells a student nothing; these checks say "wrong shape", "mask polarity
+reversed" or "wrong value at position (i, j)", and return quietly when the answer is right.
+
+Each chapter's nbgrader test cells call them (see CONTRIBUTING.md, "Exercises"):
+
+    check_tensor   a tensor answer: type, shape, dtype kind, NaN, then values; bool masks get
+                   polarity detection and a hint for additive (0 / -inf) masks
+    check_mask     a bool attention mask (True = may attend), with those hints
+    check_shape    only the shape of a tensor answer
+    check_number   an int or float answer (a one-element tensor or a NumPy scalar is fine)
+    check_equal    an exact answer: a string, a tuple, a choice
+    check_callable that the student defined a function (and did not leave the stub)
+    check_raises   that a function rejects a bad input with the right exception
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+
+class ExerciseError(AssertionError):
+    """An exercise answer is wrong; the message says how.
+
+    Attributes:
+        public: the same diagnosis without the expected value (e.g. "window_scores: wrong value,
+            got 2,000,000"). The grader shows it when a *hidden* check fails, so that feedback
+            never reveals a hidden test's expected value; the full message is for visible checks.
+    """
+
+    def __init__(self, message: str, public: str | None = None) -> None:
+        super().__init__(message)
+        self.public = message if public is None else public
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a student's answer may be huge)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return f"{type(value).__name__} {_short(value)}"
+
+
+def check_tensor(name: str, got: Any, expected: torch.Tensor, atol: float = 1e-6, rtol: float = 1e-5) -> None:
+    """Check a tensor answer: type, shape, dtype kind, then values; name the first wrong entry.
+
+    For boolean tensors (masks) it recognizes a reversed polarity (True and False swapped) and
+    says so.
+
+    Raises:
+        ExerciseError: describing the first problem found.
+    """
+    _check_is_tensor(name, got)
+    if tuple(got.shape) != tuple(expected.shape):
+        raise ExerciseError(f"{name}: wrong shape, expected {tuple(expected.shape)}, got {tuple(got.shape)}",
+                            f"{name}: wrong shape, got {tuple(got.shape)}")
+    if expected.dtype == torch.bool:
+        if got.is_floating_point() and got.numel() > 0 and bool(((got == 0) | (got == -math.inf)).all()):
+            raise ExerciseError(f"{name}: this is an additive mask (0 / -inf); return a bool mask with "
+                                "True = may attend")
+        if got.dtype != torch.bool:
+            raise ExerciseError(f"{name}: expected a bool mask (True = may attend), got dtype {got.dtype}")
+        if bool((got == ~expected).all()) and got.numel() > 0:
+            raise ExerciseError(f"{name}: mask polarity reversed: True must mean 'may attend' "
+                                "(the convention of F.scaled_dot_product_attention)")
+        wrong = (got != expected).nonzero()
+        if len(wrong):
+            index = tuple(int(i) for i in wrong[0])
+            raise ExerciseError(f"{name}: wrong value at position {index}: expected {bool(expected[index])}, "
+                                f"got {bool(got[index])} ({len(wrong)} of {got.numel()} entries wrong)",
+                                f"{name}: wrong values ({len(wrong)} of {got.numel()} entries wrong)")
+        return
+    if got.is_floating_point() != expected.is_floating_point():
+        raise ExerciseError(f"{name}: expected dtype like {expected.dtype}, got {got.dtype}",
+                            f"{name}: wrong kind of dtype, got {got.dtype}")
+    got_cmp, expected_cmp = got.detach().double().cpu(), expected.detach().double().cpu()
+    if torch.isnan(got_cmp).any():
+        index = tuple(int(i) for i in torch.isnan(got_cmp).nonzero()[0])
+        raise ExerciseError(f"{name}: NaN at position {index}")
+    close = torch.isclose(got_cmp, expected_cmp, atol=atol, rtol=rtol)
+    if not bool(close.all()):
+        wrong = (~close).nonzero()
+        index = tuple(int(i) for i in wrong[0])
+        raise ExerciseError(f"{name}: wrong value at position {index}: expected {float(expected_cmp[index]):.6g}, "
+                            f"got {float(got_cmp[index]):.6g} ({len(wrong)} of {got.numel()} entries wrong)",
+                            f"{name}: wrong values ({len(wrong)} of {got.numel()} entries wrong)")
+
+
+def _check_is_tensor(name: str, got: Any) -> None:
+    if not isinstance(got, torch.Tensor):
+        hint = " (convert it with torch.as_tensor)" if type(got).__module__ == "numpy" else ""
+        raise ExerciseError(f"{name}: expected a torch.Tensor, got {_describe(got)}{hint}")
+
+
+def check_shape(name: str, got: Any, expected_shape: Sequence[int]) -> None:
+    """Check only that ``got`` is a tensor of shape ``expected_shape`` (e.g. before its values).
+
+    Raises:
+        ExerciseError: "expected a torch.Tensor" or "wrong shape, expected (...), got (...)".
+    """
+    _check_is_tensor(name, got)
+    if tuple(got.shape) != tuple(expected_shape):
+        raise ExerciseError(f"{name}: wrong shape, expected {tuple(expected_shape)}, got {tuple(got.shape)}",
+                            f"{name}: wrong shape, got {tuple(got.shape)}")
+
+
+def check_mask(name: str, got: Any, expected: torch.Tensor) -> None:
+    """Check a boolean attention mask, True = may attend (the convention of SDPA).
+
+    Like :func:`check_tensor` on a bool tensor: it says "mask polarity reversed" when True and
+    False are swapped, "additive mask" for a 0 / -inf float mask, and otherwise names the first
+    wrong position.
+
+    Raises:
+        ValueError: if ``expected`` is not a bool tensor (a bug in the test, not the answer).
+        ExerciseError: describing the first problem found.
+    """
+    if not isinstance(expected, torch.Tensor) or expected.dtype != torch.bool:
+        raise ValueError(f"check_mask: expected must be a bool tensor, got {_describe(expected)}")
+    check_tensor(name, got, expected)
+
+
+def _format_number(value: float) -> str:
+    """Whole numbers in full with thousands separators (parameter counts), others to 6 digits."""
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    return f"{value:,.6g}"
+
+
+def check_number(name: str, got: Any, expected: float, rel_tol: float = 1e-6, abs_tol: float = 0.0) -> None:
+    """Check a numeric answer (int or float) against the expected value.
+
+    A one-element tensor and a NumPy scalar count as numbers; a bool does not.
+
+    Raises:
+        ExerciseError: if ``got`` is not a number, is NaN, or differs from ``expected``.
+    """
+    if isinstance(got, torch.Tensor) and got.numel() == 1:
+        got = got.item()
+    if isinstance(got, numbers.Real) and not isinstance(got, (bool, int, float)) and type(got).__module__ == "numpy":
+        got = got.item()  # a NumPy scalar
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        raise ExerciseError(f"{name}: expected a number, got {_describe(got)}")
+    if math.isnan(got):
+        raise ExerciseError(f"{name}: got NaN, expected {_format_number(expected)}", f"{name}: got NaN")
+    if not math.isclose(got, expected, rel_tol=rel_tol, abs_tol=abs_tol):
+        raise ExerciseError(f"{name}: expected {_format_number(expected)}, got {_format_number(got)}",
+                            f"{name}: wrong value, got {_format_number(got)}")
+
+
+def check_equal(name: str, got: Any, expected: Any) -> None:
+    """Check an exact answer (a string, a tuple, a choice); say what was expected."""
+    if got != expected:
+        if type(got) is not type(expected) and not (isinstance(got, tuple) and isinstance(expected, tuple)):
+            raise ExerciseError(f"{name}: expected {expected!r} ({type(expected).__name__}), "
+                                f"got {got!r} ({type(got).__name__})",
+                                f"{name}: wrong answer, got {_short(got)} ({type(got).__name__})")
+        raise ExerciseError(f"{name}: expected {expected!r}, got {got!r}", f"{name}: wrong answer, got {_short(got)}")
+
+
+def check_callable(name: str, got: Any) -> None:
+    """Check that the student defined ``name`` as a function (a class or lambda counts too).
+
+    Raises:
+        ExerciseError: "expected a function, got ..." (e.g. None when a ``return`` is missing).
+    """
+    if not callable(got):
+        raise ExerciseError(f"{name}: expected a function, got {_describe(got)}")
+
+
+def check_raises(name: str, function: Callable[..., Any], args: Sequence[Any] = (),
+                 exception: type[BaseException] = ValueError, match: str | None = None) -> None:
+    """Check that ``function(*args)`` raises ``exception`` (whose message contains ``match``).
+
+    Raises:
+        ExerciseError: if nothing is raised, another exception is raised, or the message lacks
+            ``match``.
+    """
+    call = f"{name}({', '.join(repr(a) for a in args)})"
+    try:
+        function(*args)
+    except exception as error:
+        if match is not None and match not in str(error):
+            raise ExerciseError(f"{call}: raised {type(error).__name__} as expected, but its message "
+                                f"{str(error)!r} should mention {match!r}",
+                                f"{call}: raised {type(error).__name__} as expected, but with the wrong message") from None
+        return
+    except Exception as error:  # noqa: BLE001 (any other exception is the student's answer to report)
+        raise ExerciseError(f"{call}: expected {exception.__name__}, got {type(error).__name__}: {error}") from None
+    raise ExerciseError(f"{call}: expected {exception.__name__}, but nothing was raised")

@@ -1,0 +1,108 @@
+"""Helpers for the chapter notebooks: one call sets seeds, print precision and plot style."""
+
+from __future__ import annotations
+
+import inspect
+import platform
+import random
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from transformer_course import __version__
+from transformer_course._exhibit import exhibit, made_by
+from transformer_course._validation import check_int
+from transformer_course.plotting.style import use_course_style
+
+PROVENANCE_KEY = "transformer_course"  # the key of the output metadata that names an exhibit's maker
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python, NumPy and PyTorch (CPU and every GPU)."""
+    seed = check_int("seed", seed, minimum=0)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def best_device() -> torch.device:
+    """CUDA if present, else Apple's MPS if present, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def enable_inline_figures() -> bool:
+    """In IPython/Jupyter, show returned ``Figure`` objects as 2x PNG, and record who made each exhibit.
+
+    The package builds figures without pyplot, so a notebook only shows them as images once the
+    inline backend has registered its formatter (``%matplotlib inline``). The format is
+    ``retina``: a PNG at twice the figure's dpi, stored with its 1x width and height, so pages show
+    it at the intended size and sharp on HiDPI screens (a PNG, unlike an SVG, is not compared by
+    nbval, so stored outputs stay portable across CPUs). Every output that shows a stamped figure or
+    table (see ``transformer_course._exhibit``) also gets the stamp in its metadata,
+    ``{"transformer_course": {"made_by": ...}}``, which ``course.provenance`` reads from the stored
+    notebook. Returns False outside IPython (nothing to do).
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None:
+        return False
+    shell.run_line_magic("matplotlib", "inline")
+    from matplotlib_inline.config import InlineBackend
+
+    InlineBackend.instance(parent=shell).figure_formats = {"retina"}
+    formatter = shell.display_formatter
+    if not getattr(formatter.format, "records_exhibits", False):
+        original = formatter.format
+
+        def format_and_record(obj: Any, *args: Any, **kwargs: Any) -> tuple[dict, dict]:
+            data, metadata = original(obj, *args, **kwargs)
+            maker = made_by(obj)
+            if maker is not None:
+                metadata = {**metadata, PROVENANCE_KEY: {"made_by": maker}}
+            return data, metadata
+
+        format_and_record.records_exhibits = True
+        formatter.format = format_and_record
+    return True
+
+
+def setup_notebook(seed: int = 0) -> torch.device:
+    """Seed everything, round printed numbers, show figures inline, set the plot style; return the device."""
+    enable_inline_figures()
+    seed_everything(seed)
+    torch.set_printoptions(precision=4, sci_mode=False)
+    np.set_printoptions(precision=4, suppress=True)
+    pd.set_option("display.precision", 2)
+    use_course_style()
+    return best_device()
+
+
+@exhibit
+def environment_report() -> pd.DataFrame:
+    """The package, Python, PyTorch and device versions, as a one-column table."""
+    device = best_device()
+    name = torch.cuda.get_device_name(0) if device.type == "cuda" else platform.machine()
+    rows = {
+        "transformer_course": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": f"{device.type} ({name})",
+        "CPU threads used by torch": str(torch.get_num_threads()),
+    }
+    return pd.DataFrame({"value": rows}).rename_axis("component")
+
+
+def show_source(obj: Any) -> Any:
+    """Display the package's own source of ``obj`` as highlighted code (the code that is tested)."""
+    from IPython.display import Code
+
+    return Code(inspect.getsource(obj), language="python")

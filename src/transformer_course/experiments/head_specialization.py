@@ -1,0 +1,429 @@
+"""A toy task on which the heads of one multi-head attention layer specialize, and tools to see it.
+
+Shape legend: B batch, H heads, T sequence length (queries = keys), D = d_model, Dh = D / H,
+R relations, V vocabulary size.
+
+The task ("four lookups"). A sequence of ``seq_len`` random lower-case letters holds exactly one
+*marker* (an upper-case letter) and one *digit*, each at a random position. At every position i
+the model must report four tokens at once, one per relation:
+
+* ``previous``: the token at i - 1 (a band just below the diagonal: a positional head);
+* ``first``: the token at position 0 (a fixed column, like a BOS / [CLS] token);
+* ``marker``: the marker, wherever it is (a column that moves with the content);
+* ``digit``: the digit, wherever it is (another content column).
+
+The model is deliberately minimal: token + learned position embeddings, one ``MultiHeadAttention``
+layer, and one linear read-out per relation applied to the attention output alone (no residual
+path), so every bit of information the read-outs need has to be fetched by some head. One softmax
+row can concentrate on one position only, so four lookups at different places ask for four heads;
+which head takes which lookup is left to training. :func:`head_relation_scores` measures it.
+
+Also here: :func:`per_head_attention`, the formula MultiHead = Concat(head_1..head_H) W^O computed
+literally head by head (a reference for the batched module), :func:`to_torch_multihead_attention`
+(the same weights in ``nn.MultiheadAttention``) and :func:`ablate_heads` (remove heads by zeroing
+their columns of W^O, as in Michel et al., 2019).
+"""
+
+from __future__ import annotations
+
+import copy
+import string
+from typing import Iterable
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_course._exhibit import exhibit
+from transformer_course._validation import check_instance, check_int, check_positive_float, check_tensor
+from transformer_course.nn.attention import MultiHeadAttention, _attention
+from transformer_course.nn.masks import validate_mask
+from .training import fit, model_device, seeded
+
+RELATIONS = ("previous", "first", "marker", "digit")
+IGNORE_INDEX = -100
+
+
+def _check_generator(generator: object) -> torch.Generator:
+    check_instance("generator", generator, torch.Generator, "torch.Generator")
+    return generator
+
+
+def make_lookup_batch(
+    batch_size: int,
+    generator: torch.Generator,
+    seq_len: int = 12,
+    num_letters: int = 16,
+    num_markers: int = 4,
+    num_digits: int = 4,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw a batch of the four-lookups task: tokens and, per relation, the position to look up.
+
+    Token ids: ``0 .. L - 1`` are letters (a, b, ...), ``L .. L + M - 1`` markers (A, B, ...),
+    ``L + M .. L + M + N - 1`` digits (0, 1, ...), with L = ``num_letters``, M = ``num_markers``,
+    N = ``num_digits``. Each sequence holds exactly one marker and one digit, at two different
+    random positions; every other position holds a random letter.
+
+    Args:
+        batch_size: number of sequences B (>= 1).
+        generator: a ``torch.Generator`` that makes the batch reproducible.
+        seq_len: sequence length T (>= 3).
+        num_letters: letters L (1 .. 26).
+        num_markers: markers M (1 .. 26).
+        num_digits: digits N (1 .. 10).
+
+    Returns:
+        tokens: (B, T) int64 token ids.
+        sources: (B, R, T) int64 from :func:`relation_sources`.
+
+    Raises:
+        TypeError, ValueError: for a non-generator or sizes out of range.
+    """
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    _check_generator(generator)
+    seq_len = check_int("seq_len", seq_len, minimum=3)
+    sizes = _check_sizes(num_letters, num_markers, num_digits)
+    num_letters, num_markers, num_digits = sizes
+    tokens = torch.randint(0, num_letters, (batch_size, seq_len), generator=generator)  # (B, T)
+    places = torch.rand(batch_size, seq_len, generator=generator).argsort(dim=1)[:, :2]  # (B, 2)
+    marker = torch.randint(num_letters, num_letters + num_markers, (batch_size,), generator=generator)  # (B,)
+    digit = torch.randint(num_letters + num_markers, sum(sizes), (batch_size,), generator=generator)  # (B,)
+    rows = torch.arange(batch_size)
+    tokens[rows, places[:, 0]] = marker
+    tokens[rows, places[:, 1]] = digit
+    return tokens, relation_sources(tokens, num_letters, num_markers)
+
+
+def _check_sizes(num_letters: object, num_markers: object, num_digits: object) -> tuple[int, int, int]:
+    num_letters = check_int("num_letters", num_letters, minimum=1)
+    num_markers = check_int("num_markers", num_markers, minimum=1)
+    num_digits = check_int("num_digits", num_digits, minimum=1)
+    if num_letters > 26 or num_markers > 26 or num_digits > 10:
+        raise ValueError("num_letters and num_markers must be <= 26 and num_digits <= 10, got "
+                         f"{num_letters}, {num_markers} and {num_digits}")
+    return num_letters, num_markers, num_digits
+
+
+def relation_sources(tokens: torch.Tensor, num_letters: int = 16, num_markers: int = 4) -> torch.Tensor:
+    """For each relation and query position, the key position it points to (-1 if undefined).
+
+    ``previous`` is undefined at i = 0 and ``first`` at i = 0 (it would be the query itself);
+    ``marker`` and ``digit`` are defined everywhere.
+
+    Args:
+        tokens: (B, T) int64 token ids with exactly one marker and one digit per row.
+        num_letters: L, number of letter ids (markers start at L).
+        num_markers: M, number of marker ids (digits start at L + M).
+
+    Returns:
+        (B, R, T) int64 positions, in the order of ``RELATIONS``.
+
+    Raises:
+        TypeError, ValueError: if ``tokens`` is not a 2-D integer tensor with one marker and one
+            digit per row.
+    """
+    check_tensor("tokens", tokens, ndim=2)
+    if tokens.is_floating_point() or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens must hold integer ids, got dtype {tokens.dtype}")
+    num_letters = check_int("num_letters", num_letters, minimum=1)
+    num_markers = check_int("num_markers", num_markers, minimum=1)
+    is_marker = (tokens >= num_letters) & (tokens < num_letters + num_markers)  # (B, T)
+    is_digit = tokens >= num_letters + num_markers  # (B, T)
+    for name, found in (("marker", is_marker), ("digit", is_digit)):
+        if not bool((found.sum(dim=1) == 1).all()):
+            raise ValueError(f"tokens must hold exactly one {name} per sequence, "
+                             f"got counts {found.sum(dim=1).tolist()}")
+    b, t = tokens.shape
+    i = torch.arange(t, device=tokens.device).expand(b, t)  # (B, T)
+    previous = torch.where(i > 0, i - 1, -1)  # (B, T)
+    first = torch.where(i > 0, 0, -1)  # (B, T)
+    marker = is_marker.long().argmax(dim=1, keepdim=True).expand(b, t)  # (B, T)
+    digit = is_digit.long().argmax(dim=1, keepdim=True).expand(b, t)  # (B, T)
+    return torch.stack([previous, first, marker, digit], dim=1)  # (B, R, T)
+
+
+def lookup_targets(tokens: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
+    """The token each relation must report: tokens[b, sources[b, r, i]], IGNORE_INDEX where undefined.
+
+    Args:
+        tokens: (B, T) token ids.
+        sources: (B, R, T) positions from :func:`relation_sources` (-1 = undefined).
+
+    Returns:
+        (B, R, T) int64 targets.
+    """
+    check_tensor("tokens", tokens, ndim=2)
+    check_tensor("sources", sources, ndim=3)
+    if sources.shape[0] != tokens.shape[0] or sources.shape[2] != tokens.shape[1]:
+        raise ValueError(f"sources must have shape (B, R, T) matching tokens {tuple(tokens.shape)}, "
+                         f"got {tuple(sources.shape)}")
+    r = sources.shape[1]
+    expanded = tokens.unsqueeze(1).expand(-1, r, -1)  # (B, R, T)
+    targets = expanded.gather(2, sources.clamp(min=0))  # (B, R, T)
+    return targets.masked_fill(sources < 0, IGNORE_INDEX)
+
+
+def token_names(tokens: torch.Tensor, num_letters: int = 16, num_markers: int = 4) -> list[str]:
+    """Readable names of a 1-D sequence of ids: letters a, b, ..., markers A, B, ..., digits 0, 1, ..."""
+    check_tensor("tokens", tokens, ndim=1)
+    num_letters = check_int("num_letters", num_letters, minimum=1)
+    num_markers = check_int("num_markers", num_markers, minimum=1)
+    names = []
+    for i in tokens.tolist():
+        if i < num_letters:
+            names.append(string.ascii_lowercase[i])
+        elif i < num_letters + num_markers:
+            names.append(string.ascii_uppercase[i - num_letters])
+        else:
+            names.append(str(i - num_letters - num_markers))
+    return names
+
+
+class LookupModel(nn.Module):
+    """Embeddings -> one MultiHeadAttention -> one linear read-out per relation (no residual).
+
+    Args:
+        vocab_size: V, number of token ids (letters + markers).
+        seq_len: T, the (fixed) sequence length, for the learned position embeddings.
+        d_model: width D.
+        num_heads: heads H of the attention layer.
+        num_relations: R, how many read-outs (one per relation).
+
+    Shape:
+        tokens (B, T) -> logits (B, R, T, V), plus attention weights (B, H, T, T) when
+        ``need_weights=True``.
+    """
+
+    def __init__(self, vocab_size: int = 24, seq_len: int = 12, d_model: int = 32, num_heads: int = 4,
+                 num_relations: int = len(RELATIONS)) -> None:
+        super().__init__()
+        self.vocab_size = check_int("vocab_size", vocab_size, minimum=2)
+        self.seq_len = check_int("seq_len", seq_len, minimum=1)
+        self.num_relations = check_int("num_relations", num_relations, minimum=1)
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.position_embedding = nn.Embedding(seq_len, d_model)
+        self.attention = MultiHeadAttention(d_model, num_heads)
+        self.readout = nn.Linear(d_model, num_relations * vocab_size)
+
+    def forward(self, tokens: torch.Tensor, need_weights: bool = False
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Logits (B, R, T, V) for ``tokens`` (B, T); with the weights (B, H, T, T) if asked."""
+        check_tensor("tokens", tokens, ndim=2)
+        if tokens.is_floating_point():
+            raise TypeError(f"tokens must hold integer ids, got dtype {tokens.dtype}")
+        b, t = tokens.shape
+        if t > self.seq_len:
+            raise ValueError(f"tokens has length {t}, longer than seq_len={self.seq_len}")
+        positions = torch.arange(t, device=tokens.device)  # (T,)
+        x = self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, D)
+        out, weights = self.attention(x, x, x, need_weights=True) if need_weights else (self.attention(x, x, x), None)
+        logits = self.readout(out).view(b, t, self.num_relations, self.vocab_size)  # (B, T, R, V)
+        logits = logits.transpose(1, 2)  # (B, R, T, V)
+        return (logits, weights) if need_weights else logits
+
+
+def lookup_loss(model: LookupModel, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Sum over relations of the mean cross-entropy of the reported tokens (undefined ones skipped)."""
+    tokens, sources = batch
+    logits = model(tokens)  # (B, R, T, V)
+    targets = lookup_targets(tokens, sources)  # (B, R, T)
+    per_relation = F.cross_entropy(logits.permute(0, 3, 1, 2), targets, ignore_index=IGNORE_INDEX,
+                                   reduction="none")  # (B, R, T)
+    valid = (targets != IGNORE_INDEX).float()  # (B, R, T)
+    return ((per_relation * valid).sum(dim=(0, 2)) / valid.sum(dim=(0, 2))).sum()
+
+
+def train_lookup_model(
+    seed: int = 0,
+    steps: int = 400,
+    batch_size: int = 64,
+    d_model: int = 32,
+    num_heads: int = 4,
+    lr: float = 5e-3,
+    seq_len: int = 12,
+    num_letters: int = 16,
+    num_markers: int = 4,
+    num_digits: int = 4,
+    progress: bool = False,
+    device: torch.device | str = "cpu",
+) -> tuple[LookupModel, list[float]]:
+    """Build a :class:`LookupModel` from ``seed`` and train it on the four-lookups task with ``fit``.
+
+    The initial weights come from ``seed`` (drawn inside ``training.seeded``), the
+    batches from a generator seeded with ``seed``, and ``fit`` trains on one CPU thread, so the
+    same arguments give the same model.
+
+    Args:
+        seed: seeds the initial weights and the data.
+        steps: Adam steps.
+        batch_size: sequences per step.
+        d_model: model width D.
+        num_heads: heads H.
+        lr: learning rate.
+        seq_len, num_letters, num_markers, num_digits: the task's sizes (see :func:`make_lookup_batch`).
+        progress: show a progress bar.
+        device: where to train (the weights are drawn on the CPU, then moved).
+
+    Returns:
+        The trained model (in eval mode, on ``device``) and the loss at every step.
+    """
+    seed = check_int("seed", seed, minimum=0)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    check_positive_float("lr", lr)
+    with seeded(seed):
+        model = LookupModel(sum(_check_sizes(num_letters, num_markers, num_digits)), seq_len, d_model, num_heads)
+
+    def make_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return make_lookup_batch(batch_size, generator, seq_len, num_letters, num_markers, num_digits)
+
+    losses = fit(model.to(device), make_batch, lookup_loss, steps, lr=lr, seed=seed, progress=progress)
+    return model, losses
+
+
+@torch.no_grad()
+def lookup_accuracy(model: LookupModel, tokens: torch.Tensor, sources: torch.Tensor) -> pd.Series:
+    """Fraction of defined (query, relation) pairs where the model reports the right token.
+
+    Returns:
+        Series indexed by relation name.
+    """
+    tokens, sources = tokens.to(model_device(model)), sources.to(model_device(model))
+    logits = model(tokens)  # (B, R, T, V)
+    targets = lookup_targets(tokens, sources)  # (B, R, T)
+    valid = targets != IGNORE_INDEX
+    correct = (logits.argmax(dim=-1) == targets) & valid  # (B, R, T)
+    accuracy = correct.sum(dim=(0, 2)).double() / valid.sum(dim=(0, 2))  # (R,)
+    return pd.Series(accuracy.tolist(), index=list(RELATIONS[: len(accuracy)]), name="accuracy")
+
+
+@exhibit
+def head_relation_scores(weights: torch.Tensor, sources: torch.Tensor) -> pd.DataFrame:
+    """Mean attention mass each head puts on the position each relation points to.
+
+    score[h, r] = mean over sequences b and queries i where relation r is defined of
+    weights[b, h, i, sources[b, r, i]]. A score near 1 means head h does relation r's lookup.
+
+    Args:
+        weights: (B, H, T, T) attention probabilities.
+        sources: (B, R, T) positions (-1 = undefined), from :func:`relation_sources`.
+
+    Returns:
+        DataFrame (H rows "head 0" ..., R columns named after ``RELATIONS``) of scores in [0, 1].
+
+    Raises:
+        TypeError, ValueError: on wrong types or mismatched shapes.
+    """
+    check_tensor("weights", weights, ndim=4, floating=True)
+    check_tensor("sources", sources, ndim=3)
+    b, h, t, s = weights.shape
+    if sources.shape[0] != b or sources.shape[2] != t:
+        raise ValueError(f"sources must have shape (B={b}, R, T={t}), got {tuple(sources.shape)}")
+    r = sources.shape[1]
+    valid = (sources >= 0).to(weights.dtype)  # (B, R, T)
+    index = sources.clamp(min=0).unsqueeze(1).expand(b, h, r, t)  # (B, H, R, T)
+    mass = weights.unsqueeze(2).expand(b, h, r, t, s)  # (B, H, R, T, S)
+    picked = mass.gather(4, index.unsqueeze(-1)).squeeze(-1)  # (B, H, R, T)
+    scores = (picked * valid.unsqueeze(1)).sum(dim=(0, 3)) / valid.sum(dim=(0, 2))  # (H, R)
+    names = list(RELATIONS) if r == len(RELATIONS) else [f"relation {k}" for k in range(r)]
+    return pd.DataFrame(scores.double().numpy(), index=[f"head {k}" for k in range(h)], columns=names)
+
+
+def assign_heads(scores: pd.DataFrame) -> dict[str, int]:
+    """For each relation (column), the head (row index) with the highest score."""
+    check_instance("scores", scores, pd.DataFrame, "pandas.DataFrame")
+    return {str(relation): int(scores[relation].to_numpy().argmax()) for relation in scores.columns}
+
+
+def head_map_distances(weights: torch.Tensor) -> torch.Tensor:
+    """Mean total-variation distance between the attention rows of every pair of heads.
+
+    d[g, h] = mean over b, i of 0.5 * sum_j |weights[b, g, i, j] - weights[b, h, i, j]|: 0 when two
+    heads attend identically, 1 when they never look at the same key.
+
+    Args:
+        weights: (B, H, T, S) attention probabilities.
+
+    Returns:
+        (H, H) symmetric tensor with zeros on the diagonal.
+    """
+    check_tensor("weights", weights, ndim=4, floating=True)
+    diff = weights.unsqueeze(2) - weights.unsqueeze(1)  # (B, H, H, T, S)
+    return 0.5 * diff.abs().sum(dim=-1).mean(dim=(0, 3))  # (H, H)
+
+
+def per_head_attention(module: MultiHeadAttention, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       mask: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W^O, computed one head at a time.
+
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), where W_i^Q is the i-th block of Dh columns of
+    the module's (D, D) matrix W^Q (``q_proj.weight`` is stored transposed, so its rows). A slow,
+    literal reference for the batched ``MultiHeadAttention.forward``.
+
+    Args:
+        module: the attention module whose weights are used.
+        query: (B, T, D); key, value: (B, S, D).
+        mask: optional bool mask broadcastable to (B, T, S) (True = may attend).
+
+    Returns:
+        out: (B, T, D), equal to ``module(query, key, value, mask)``.
+        heads: H tensors (B, T, Dh), the outputs head_1 ... head_H before concatenation.
+
+    Vaswani et al., 2017, section 3.2.2.
+    """
+    check_instance("module", module, MultiHeadAttention)
+    module._check_inputs(query, key, value)
+    if mask is not None:
+        validate_mask(mask, query.shape[1], key.shape[1])
+    dh = module.d_head
+    heads = []
+    for i in range(module.num_heads):
+        rows = slice(i * dh, (i + 1) * dh)
+        projected = []
+        for x, proj in ((query, module.q_proj), (key, module.k_proj), (value, module.v_proj)):
+            w_i = proj.weight[rows].T  # (D, Dh): W_i
+            b_i = proj.bias[rows] if proj.bias is not None else 0.0
+            projected.append(x @ w_i + b_i)  # (B, L, Dh)
+        head, _ = _attention(*projected, mask)  # (B, T, Dh)
+        heads.append(head)
+    concat = torch.cat(heads, dim=-1)  # (B, T, H * Dh) = (B, T, D)
+    return module.out_proj(concat), heads  # (B, T, D)
+
+
+def ablate_heads(model: nn.Module, heads: Iterable[int]) -> nn.Module:
+    """A copy of ``model`` whose first ``MultiHeadAttention`` has ``heads`` removed.
+
+    Head h contributes Concat(...) W^O through columns h*Dh ... (h+1)*Dh - 1 of ``out_proj.weight``;
+    zeroing them removes the head exactly (Michel et al., 2019, "Are Sixteen Heads Really Better
+    than One?"). The original model is not changed.
+
+    Raises:
+        ValueError: if ``model`` has no MultiHeadAttention or a head index is out of range.
+    """
+    check_instance("model", model, nn.Module, "torch.nn.Module")
+    copied = copy.deepcopy(model)
+    attention = next((m for m in copied.modules() if isinstance(m, MultiHeadAttention)), None)
+    if attention is None:
+        raise ValueError("model contains no MultiHeadAttention")
+    heads = list(heads)
+    for h in heads:
+        check_int("heads", h, minimum=0)
+        if h >= attention.num_heads:
+            raise ValueError(f"heads must be in [0, {attention.num_heads - 1}], got {h}")
+    with torch.no_grad():
+        for h in heads:
+            attention.out_proj.weight[:, h * attention.d_head:(h + 1) * attention.d_head] = 0.0
+    return copied
+
+
+@exhibit
+def ablation_table(model: LookupModel, tokens: torch.Tensor, sources: torch.Tensor) -> pd.DataFrame:
+    """Accuracy per relation with each single head removed (first row: no head removed).
+
+    Returns:
+        DataFrame indexed by "removed" ("none", "head 0", ...) with one column per relation.
+    """
+    rows = {"none": lookup_accuracy(model, tokens, sources)}
+    for h in range(model.attention.num_heads):
+        rows[f"head {h}"] = lookup_accuracy(ablate_heads(model, [h]), tokens, sources)
+    return pd.DataFrame(rows).T.rename_axis("removed")

@@ -1,0 +1,179 @@
+"""Wall-clock timing for the chapters, on ``torch.utils.benchmark``: medians of interleaved rounds.
+
+Timings on a shared CPU are noisy: report medians, compare ratios measured side by side (the
+calls are timed in interleaved rounds, so a burst of load hits them all), never absolute seconds.
+``median_times`` is the one timing helper; ``forward_time_table`` and ``time_block_components``
+build the chapters' tables on it.
+
+Shape legend: B batch, H heads, T = n length, D = d model width, Dh = D / H, F = d_ff.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+
+import pandas as pd
+import torch
+from torch import nn
+from torch.utils.benchmark import Timer
+
+from transformer_course._exhibit import exhibit
+from transformer_course._validation import check_int, check_sequence_models, check_sizes
+from .cost import BLOCK_COMPONENTS, block_flops
+
+
+def median_times(fns: Mapping[str, Callable[[], object]], repeats: int = 5,
+                 num_threads: int | None = None) -> dict[str, float]:
+    """Median seconds of one call of each function, over ``repeats`` interleaved rounds.
+
+    Each round times every function once with ``torch.utils.benchmark.Timer``, which warms the
+    call up, runs it with ``num_threads`` intra-op threads and waits for a GPU to finish. Rounds
+    interleave the functions, so a slow moment of a shared machine slows every contender alike and
+    their ratios stay fair.
+
+    Args:
+        fns: name -> function of no arguments.
+        repeats: number of rounds (timed calls per function).
+        num_threads: PyTorch's intra-op threads while timing (default: the current count).
+
+    Returns:
+        dict name -> median seconds per call.
+
+    Raises:
+        TypeError: if ``fns`` is not a non-empty dict of callables.
+        ValueError: if ``repeats`` or ``num_threads`` is < 1.
+    """
+    if not isinstance(fns, Mapping) or not fns:
+        raise TypeError(f"fns must be a non-empty dict of name -> callable, got {fns!r}")
+    for name, fn in fns.items():
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__} for {name!r}")
+    repeats = check_int("repeats", repeats, minimum=1)
+    num_threads = torch.get_num_threads() if num_threads is None else check_int("num_threads", num_threads, minimum=1)
+    timers = {name: Timer(stmt="fn()", globals={"fn": fn}, num_threads=num_threads) for name, fn in fns.items()}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, timer in timers.items():
+            times[name].append(timer.timeit(1).median)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+@contextmanager
+def threads(num_threads: int | None) -> Iterator[None]:
+    """Run the body with ``torch.set_num_threads(num_threads)``, restoring the previous count.
+
+    ``None`` leaves the count alone. (Timing sets its threads itself; this is for training runs
+    that want one thread for bitwise-reproducible results.)
+    """
+    previous = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(check_int("num_threads", num_threads, minimum=1))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@exhibit
+def forward_time_table(modules: dict[str, nn.Module], lengths: tuple[int, ...], batch: int = 1,
+                       repeats: int = 5, seed: int = 0, num_threads: int | None = None) -> pd.DataFrame:
+    """Median forward time (ms, no grad) of each module for each length n, timed interleaved.
+
+    Args:
+        modules: name -> module taking (B, T, D) with an int attribute ``d_model``.
+        lengths: sequence lengths n.
+        batch: batch size B.
+        repeats: timed rounds per length.
+        seed: seeds the inputs.
+        num_threads: PyTorch's intra-op thread count while timing (default: the current count);
+            one thread keeps a shared, busy machine from adding thread-synchronization stalls.
+
+    Returns:
+        DataFrame indexed by "n" with one column "<name> (ms)" per module.
+    """
+    check_sequence_models(modules)
+    lengths = check_sizes("lengths", lengths)
+    batch = check_int("batch", batch, minimum=1)
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for n in lengths:
+        calls = {}
+        for name, module in modules.items():
+            x = torch.randn(batch, n, module.d_model, generator=generator)  # (B, T, D)
+            calls[name] = _no_grad_call(module, x)
+        medians = median_times(calls, repeats=repeats, num_threads=num_threads)
+        rows.append({f"{name} (ms)": 1e3 * seconds for name, seconds in medians.items()})
+    return pd.DataFrame(rows, index=pd.Index(lengths, name="n"))
+
+
+def _no_grad_call(module: nn.Module, x: torch.Tensor) -> Callable[[], object]:
+    def call() -> object:
+        with torch.no_grad():
+            return module(x)
+    return call
+
+
+@exhibit
+def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float = 4, batch: int = 1,
+                          repeats: int = 5, seed: int = 0, num_threads: int | None = None) -> pd.DataFrame:
+    """Wall-clock time of each piece of one Transformer block beside its share of the FLOPs.
+
+    The pieces are run as separate PyTorch calls on random inputs of the right shapes:
+    "qkvo_projections" (four (D, D) linear maps), "scores_qk" (Q K^T / sqrt(Dh), all heads),
+    "softmax" (over the last axis of the scores), "weighted_values_av" (A V) and "ffn" (two linear
+    maps with a ReLU between). Their FLOPs come from ``block_flops`` (softmax: its elementwise
+    estimate), so the table shows where the FLOPs are beside where the time goes.
+
+    Args:
+        n: sequence length.
+        d: model width D; must be divisible by ``num_heads``.
+        num_heads: heads H.
+        expansion: FFN expansion e (F = e D).
+        batch: batch size B (FLOPs are per block and batch, times B).
+        repeats: timed rounds (medians reported).
+        seed: seeds the inputs.
+        num_threads: as in ``forward_time_table``.
+
+    Returns:
+        DataFrame indexed by "component" (``BLOCK_COMPONENTS`` order) with columns "time (ms)",
+        "time share (%)", "FLOPs", "FLOP share (%)".
+
+    Raises:
+        TypeError, ValueError: for invalid sizes.
+    """
+    flops = block_flops(n, d, expansion, num_heads)  # checks n, d, num_heads and that e d is an integer
+    if d % num_heads:
+        raise ValueError(f"d must be divisible by num_heads, got d={d}, num_heads={num_heads}")
+    batch = check_int("batch", batch, minimum=1)
+    d_ff, d_head = int(expansion * d), d // num_heads
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, n, d, generator=generator)  # (B, T, D)
+    projections = [nn.Linear(d, d) for _ in range(4)]
+    linear1, linear2 = nn.Linear(d, d_ff), nn.Linear(d_ff, d)
+    q, k, v = (torch.randn(batch, num_heads, n, d_head, generator=generator) for _ in range(3))  # (B, H, T, Dh)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)  # (B, H, T, T)
+    weights = scores.softmax(dim=-1)  # (B, H, T, T)
+
+    def run_projections() -> None:
+        for projection in projections:
+            projection(x)  # (B, T, D)
+
+    calls = {
+        "qkvo_projections": run_projections,
+        "scores_qk": lambda: q @ k.transpose(-2, -1) / math.sqrt(d_head),  # (B, H, T, T)
+        "weighted_values_av": lambda: weights @ v,  # (B, H, T, Dh)
+        "softmax": lambda: scores.softmax(dim=-1),  # (B, H, T, T)
+        "ffn": lambda: linear2(torch.relu(linear1(x))),  # (B, T, D)
+    }
+    with torch.no_grad():
+        seconds = median_times(calls, repeats=repeats, num_threads=num_threads)
+    frame = pd.DataFrame({
+        "time (ms)": [1e3 * seconds[c] for c in BLOCK_COMPONENTS],
+        "FLOPs": [batch * flops[c] for c in BLOCK_COMPONENTS],
+    }, index=pd.Index(BLOCK_COMPONENTS, name="component"))
+    frame.insert(1, "time share (%)", 100 * frame["time (ms)"] / frame["time (ms)"].sum())
+    frame["FLOP share (%)"] = 100 * frame["FLOPs"] / frame["FLOPs"].sum()
+    return frame

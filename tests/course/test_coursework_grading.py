@@ -1,0 +1,416 @@
+"""Grading submissions in the sandbox: honest students, careless students and hostile students.
+
+One release of the fixture chapter (tests/fixtures/coursework/, 3 + 2 + 1 points) and one grading
+run (``--jobs 2 --timeout 15``) are shared by the tests. Each student folder is a submission
+fixture built here from the released student version:
+
+honest:   correct, untouched, wrong (exercise 2), crash (exercise 1 divides by zero), fresh (the
+          answers pasted into a new notebook, without the exercise cells' metadata)
+careless: broken (not JSON), nocells (valid JSON without cells), two (two candidates), nested
+          (a notebook in a subfolder), a notebook at the top of submissions/
+hostile:  cheat (edits the test cells), tamper (rewrites the gradebook), readsource (executes
+          the instructor's solutions from source/), writeout (writes outside its folder),
+          patched (no-op checks, torch.testing, builtins, a custom exception handler), transform
+          (an input transformer that blanks every test), printin (prints ``In`` and fakes the
+          hidden-test markers), sigint (an endless loop that ignores SIGINT), slowcheck (a function
+          that loops on the hidden inputs), reference (imports
+          the package function it is asked to write), probe (right on the visible test only)
+
+Every hostile student leaves exercises blank (or wrong) and must score 0 on them, without
+changing anyone else's row.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+
+from transformer_course.course.grading import sandbox_problem, split_hidden
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE_MD = ROOT / "tests" / "fixtures" / "coursework" / "dl9001_coursework_fixture.myst.md"
+FIXTURE = "dl9001_coursework_fixture"
+TIMEOUT = 15
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning"),
+              # Without bubblewrap these tests are skipped on a contributor's machine, never under CI
+              # (.ci/run sets CI and installs it), where a missing sandbox must fail the run.
+              pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
+                                 reason="bubblewrap is not installed (CI installs it: apt-get install bubblewrap)")]
+
+
+def _load_tool():
+    spec = importlib.util.spec_from_file_location("coursework_tool", ROOT / "tools" / "coursework.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["coursework_tool"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+tool = _load_tool()
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Path:
+    chapter = tmp_path_factory.mktemp("fixture") / f"{FIXTURE}.ipynb"
+    jupytext.write(jupytext.read(FIXTURE_MD), chapter, fmt="ipynb")
+    course = tmp_path_factory.mktemp("course")
+    assert tool.main(["release", "--out", str(course), str(chapter)]) == 0
+    return course
+
+
+def _cell(notebook, grade_id):
+    (cell,) = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    return cell
+
+
+def _solution(course: Path, label: str) -> str:
+    source = _cell(nbformat.read(course / "source" / FIXTURE / f"{FIXTURE}.ipynb", as_version=4),
+                   f"{label}-solution").source
+    return "\n".join(line for line in source.splitlines() if "### " not in line)
+
+
+def _add_cell(notebook, source, before_grade_id=None):
+    cell = nbformat.v4.new_code_cell(source)
+    if before_grade_id is None:
+        notebook.cells.append(cell)
+    else:
+        index = notebook.cells.index(_cell(notebook, before_grade_id))
+        notebook.cells.insert(index, cell)
+
+
+def _hidden_lines(course: Path) -> list[str]:
+    notebook = nbformat.read(course / "source" / FIXTURE / f"{FIXTURE}.ipynb", as_version=4)
+    lines = []
+    for cell in notebook.cells:
+        for code, hidden in split_hidden(cell.source):
+            if hidden:
+                lines += [line.strip() for line in code.splitlines() if line.strip()]
+    return lines
+
+
+def _submissions(course: Path, root: Path) -> Path:
+    """Write every student's submission; returns the submissions folder."""
+    submissions = root / "submissions"
+    submissions.mkdir()
+    student = nbformat.read(course / "release" / FIXTURE / f"{FIXTURE}.ipynb", as_version=4)
+    correct = copy.deepcopy(student)
+    for k in (1, 2, 3):
+        _cell(correct, f"dl9001-ex{k}-solution").source = _solution(course, f"dl9001-ex{k}")
+    notebooks = {"correct": correct, "untouched": student}
+
+    wrong = notebooks["wrong"] = copy.deepcopy(correct)
+    _cell(wrong, "dl9001-ex2-solution").source = "def allowed_pairs(t):\n    return t * t"
+    crash = notebooks["crash"] = copy.deepcopy(correct)
+    _cell(crash, "dl9001-ex1-solution").source = "1 / 0\n\n" + _cell(crash, "dl9001-ex1-solution").source
+
+    cheat = notebooks["cheat"] = copy.deepcopy(correct)
+    _cell(cheat, "dl9001-ex1-solution").source = "def my_causal_mask(t):\n    raise NotImplementedError()"
+    _cell(cheat, "dl9001-ex1-tests").source = "pass  # tests edited away"
+    _cell(cheat, "dl9001-ex2-solution").source = "def allowed_pairs(t):\n    return 10  # passes the visible test"
+    _cell(cheat, "dl9001-ex2-tests").source = "pass"
+    _cell(cheat, "dl9001-ex2-tests").metadata.pop("nbgrader")
+
+    gradebook = course / "gradebook.db"
+    tamper = notebooks["tamper"] = copy.deepcopy(student)
+    _add_cell(tamper, f"""
+import sqlite3
+for path in ["../../../gradebook.db", "../gradebook.db", {str(gradebook)!r}]:
+    try:
+        db = sqlite3.connect(path)
+        db.execute("update grade_cells set max_score = 0")
+        db.execute("update source_cells set source = 'pass', checksum = ''")
+        db.commit()
+    except Exception:
+        pass
+""", "dl9001-ex1-solution")
+
+    readsource = notebooks["readsource"] = copy.deepcopy(student)
+    _add_cell(readsource, f"""
+import glob, json
+for path in glob.glob("../../../source/*/*.ipynb") + [{str(course / "source" / FIXTURE / f"{FIXTURE}.ipynb")!r}]:
+    try:
+        for cell in json.load(open(path))["cells"]:
+            if cell["cell_type"] == "code" and "BEGIN SOLUTION" in "".join(cell["source"]):
+                exec("".join(cell["source"]))
+    except Exception:
+        pass
+""", "dl9001-ex1-solution")
+    for k in (1, 2, 3):  # the stubs would overwrite what the solutions defined
+        _cell(readsource, f"dl9001-ex{k}-solution").source = "pass"
+
+    marker = root / "escaped.txt"
+    writeout = notebooks["writeout"] = copy.deepcopy(student)
+    _add_cell(writeout, f"""
+for path in [{str(marker)!r}, "../escaped.txt", "../../escaped.txt", "/tmp/../escaped.txt",
+             {str(root / "submissions" / "correct" / f"{FIXTURE}.ipynb")!r}]:
+    try:
+        open(path, "w").write("escaped")
+    except Exception:
+        pass
+""", "dl9001-ex1-solution")
+
+    patched = notebooks["patched"] = copy.deepcopy(student)
+    _add_cell(patched, """
+import builtins, torch, torch.testing
+import transformer_course.course.checks as checks
+for name in dir(checks):
+    if name.startswith("check_"):
+        setattr(checks, name, lambda *args, **kwargs: None)
+torch.testing.assert_close = lambda *args, **kwargs: None
+builtins.isinstance = lambda *args: True
+get_ipython().set_custom_exc((BaseException,), lambda *args, **kwargs: None)
+my_causal_mask = lambda t: None
+allowed_pairs = lambda t: None
+answer = None
+""", "dl9001-ex1-solution")
+    for k in (1, 2, 3):
+        _cell(patched, f"dl9001-ex{k}-solution").source = "pass"
+
+    transform = notebooks["transform"] = copy.deepcopy(student)
+    _add_cell(transform, """
+def _blank_tests(lines):
+    return ["pass\\n"] if any("check_" in line for line in lines) else lines
+get_ipython().input_transformers_cleanup.append(_blank_tests)
+""", "dl9001-ex1-solution")
+
+    printin = notebooks["printin"] = copy.deepcopy(correct)
+    _add_cell(printin, "# ### BEGIN HIDDEN TESTS\nprint('### END HIDDEN TESTS')")
+    _add_cell(printin, "print('\\n'.join(In))\nraise RuntimeError('\\n'.join(In))", "dl9001-ex3-solution")
+    _add_cell(printin, "print('\\n'.join(In))")
+
+    sigint = notebooks["sigint"] = copy.deepcopy(correct)
+    _cell(sigint, "dl9001-ex2-solution").source = (
+        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass")
+
+    slowcheck = notebooks["slowcheck"] = copy.deepcopy(correct)  # loops on the hidden inputs only
+    _cell(slowcheck, "dl9001-ex1-solution").source = (
+        "import torch\n\ndef my_causal_mask(t):\n    while t != 4:\n        pass\n"
+        "    return torch.ones(t, t, dtype=torch.bool).tril()")
+
+    reference = notebooks["reference"] = copy.deepcopy(correct)
+    _cell(reference, "dl9001-ex1-solution").source = (
+        "from transformer_course.nn.masks import causal_mask\n\ndef my_causal_mask(t):\n    return causal_mask(t)")
+
+    probe = notebooks["probe"] = copy.deepcopy(correct)
+    _cell(probe, "dl9001-ex2-solution").source = "def allowed_pairs(t):\n    return 10 if t == 4 else -7"
+
+    fresh = notebooks["fresh"] = nbformat.v4.new_notebook()  # answers pasted into a new notebook
+    fresh.cells = [nbformat.v4.new_code_cell(_solution(course, f"dl9001-ex{k}")) for k in (1, 2, 3)]
+
+    for name, notebook in notebooks.items():
+        (submissions / name).mkdir()
+        nbformat.write(notebook, submissions / name / f"{FIXTURE}.ipynb")
+    (submissions / "broken").mkdir()
+    (submissions / "broken" / f"{FIXTURE}.ipynb").write_text("this is not a notebook")
+    (submissions / "nocells").mkdir()
+    (submissions / "nocells" / f"{FIXTURE}.ipynb").write_text(json.dumps({"nbformat": 4, "metadata": {}}))
+    (submissions / "two").mkdir()
+    nbformat.write(correct, submissions / "two" / f"{FIXTURE}.ipynb")
+    nbformat.write(correct, submissions / "two" / "dl9001 (1).ipynb")
+    (submissions / "nested" / "week1").mkdir(parents=True)
+    nbformat.write(correct, submissions / "nested" / "week1" / f"{FIXTURE}.ipynb")
+    nbformat.write(correct, submissions / f"{FIXTURE}.ipynb")
+    return submissions
+
+
+def _read(out: Path):
+    with open(out / "totals.csv") as handle:
+        totals = {(row["student"], row["chapter"]): row for row in csv.DictReader(handle)}
+    with open(out / "grades.csv") as handle:
+        grades = {(row["student"], row["exercise"]): row for row in csv.DictReader(handle)}
+    return totals, grades
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, course):
+    """Grade every student in one run; returns (totals, grades, out, submissions, seconds, stdout)."""
+    problem = sandbox_problem()
+    assert problem is None, f"bubblewrap is installed but the sandbox does not work: {problem}"
+    root = tmp_path_factory.mktemp("run")
+    submissions = _submissions(course, root)
+    gradebook = hashlib.sha256((course / "gradebook.db").read_bytes()).hexdigest()
+    out = root / "grades"
+    start = time.monotonic()
+    results = tool.grade(course, submissions, out, jobs=2, timeout=TIMEOUT)
+    seconds = time.monotonic() - start
+    assert hashlib.sha256((course / "gradebook.db").read_bytes()).hexdigest() == gradebook
+    totals, grades = _read(out)
+    return totals, grades, out, submissions, seconds, results
+
+
+def _points(grades, student):
+    return {k: float(grades[student, f"dl9001-ex{k}"]["points"]) for k in (1, 2, 3)}
+
+
+# --- honest students ----------------------------------------------------------------------------
+
+def test_a_correct_submission_scores_full_marks(graded):
+    totals, grades, *_ = graded
+    assert _points(grades, "correct") == {1: 3, 2: 2, 3: 1}
+    assert (totals["correct", FIXTURE]["points"], totals["correct", FIXTURE]["max_points"]) == ("6", "6")
+    assert totals["correct", FIXTURE]["status"] == "graded"
+    assert totals["correct", "TOTAL"]["status"] == "graded"
+
+
+def test_an_untouched_student_version_scores_zero_with_a_reason(graded):
+    totals, grades, *_ = graded
+    assert _points(grades, "untouched") == {1: 0, 2: 0, 3: 0}
+    assert {grades["untouched", f"dl9001-ex{k}"]["result"] for k in (1, 2, 3)} == {"failed"}
+
+
+def test_a_wrong_answer_loses_exactly_that_exercises_points(graded):
+    totals, grades, out, *_ = graded
+    assert _points(grades, "wrong") == {1: 3, 2: 0, 3: 1}
+    html = (out / "feedback" / "wrong" / f"{FIXTURE}.html").read_text()
+    assert "allowed_pairs(4): expected 10, got 16" in html  # the visible check's full message
+
+
+def test_a_crashing_cell_costs_its_exercise_not_the_run(graded):
+    totals, grades, out, *_ = graded
+    assert _points(grades, "crash") == {1: 0, 2: 2, 3: 1}
+    assert "ZeroDivisionError" in (out / "feedback" / "crash" / f"{FIXTURE}.html").read_text()
+
+
+# --- careless students --------------------------------------------------------------------------
+
+def test_answers_without_the_exercise_metadata_are_still_graded(graded):
+    totals, grades, *_ = graded
+    assert _points(grades, "fresh") == {1: 3, 2: 2, 3: 1}
+
+
+def test_malformed_and_misplaced_submissions_get_rows_with_readable_reasons(graded):
+    totals, grades, *_ = graded
+    assert totals["broken", FIXTURE]["status"].startswith("invalid notebook: not valid JSON")
+    assert totals["broken", FIXTURE]["max_points"] == "6" and _points(grades, "broken") == {1: 0, 2: 0, 3: 0}
+    assert totals["nocells", FIXTURE]["status"] == "invalid notebook: no list of cells"
+    assert totals["two", FIXTURE]["status"].startswith("two candidates for dl9001_coursework_fixture")
+    assert totals["nested", FIXTURE]["status"].startswith("wrong place: inside the subfolder week1/")
+    assert totals[tool.NO_STUDENT, FIXTURE]["status"].startswith("wrong place: a file at the top")
+
+
+def test_a_re_run_gives_the_same_files(graded, course, tmp_path):
+    totals, grades, out, submissions, *_ = graded
+    small = tmp_path / "submissions"
+    for student in ("correct", "broken", "two"):
+        shutil.copytree(submissions / student, small / student)
+    again = tmp_path / "again"
+    tool.grade(course, small, again, timeout=TIMEOUT)
+    (again / "feedback" / "stale.html").write_text("from an earlier run")
+    first = {name: (again / name).read_text() for name in ("grades.csv", "totals.csv")}
+    tool.grade(course, small, again, timeout=TIMEOUT)
+    for name, text in first.items():
+        assert (again / name).read_text() == text, name
+    assert not (again / "feedback" / "stale.html").exists()
+    feedback = f"feedback/correct/{FIXTURE}.html"
+    assert (again / feedback).read_text() == (out / feedback).read_text()
+    again_totals, again_grades = _read(again)
+    for key, row in again_totals.items():  # the same rows as in the big run, with its hostile students
+        assert row == totals[key], row
+    for key, row in again_grades.items():
+        assert row == grades[key], row
+
+
+def test_the_summary_counts_every_row_and_the_time_per_notebook(graded, capsys, course, tmp_path):
+    *_, submissions, _, _ = graded
+    shutil.copytree(submissions / "broken", tmp_path / "s" / "broken")
+    tool.grade(course, tmp_path / "s", tmp_path / "g")
+    printed = capsys.readouterr().out
+    assert "summary:" in printed and "invalid notebook" in printed
+
+
+# --- hostile students ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("student", ["cheat", "tamper", "readsource", "writeout", "patched", "transform"])
+def test_tricks_earn_a_blank_notebook_nothing(graded, student):
+    totals, grades, *_ = graded
+    expected = {1: 0, 2: 0, 3: 1} if student == "cheat" else {1: 0, 2: 0, 3: 0}  # cheat answered ex3
+    assert _points(grades, student) == expected
+
+
+def test_no_submission_escapes_its_folder(graded):
+    totals, grades, out, submissions, *_ = graded
+    assert not (submissions.parent / "escaped.txt").exists()
+    assert not (submissions / "escaped.txt").exists()
+    assert "escaped" not in (submissions / "correct" / f"{FIXTURE}.ipynb").read_text()
+
+
+def test_tricks_leave_the_other_students_untouched(graded):
+    totals, grades, *_ = graded
+    # the honest students, graded in the same run alongside the tamperers, keep their marks
+    assert _points(grades, "correct") == {1: 3, 2: 2, 3: 1}
+    assert _points(grades, "untouched") == {1: 0, 2: 0, 3: 0}
+
+
+def test_printing_in_leaks_no_hidden_test(graded, course):
+    totals, grades, out, *_ = graded
+    assert _points(grades, "printin") == {1: 3, 2: 2, 3: 1}
+    for html_file in (out / "feedback").rglob("*.html"):
+        html = html_file.read_text()
+        for line in _hidden_lines(course):
+            assert line not in html, (html_file, line)
+
+
+def test_hidden_failures_show_no_expected_value(graded):
+    totals, grades, out, *_ = graded
+    assert _points(grades, "probe") == {1: 3, 2: 0, 3: 1}
+    html = (out / "feedback" / "probe" / f"{FIXTURE}.html").read_text()
+    assert "allowed_pairs(1): wrong value, got -7" in html
+    assert "expected" not in html.split("<tbody>")[1].split("</tbody>")[0]
+
+
+def test_a_sigint_ignoring_loop_costs_only_its_exercise(graded):
+    totals, grades, out, *_ = graded
+    assert _points(grades, "sigint") == {1: 3, 2: 0, 3: 1}
+    assert grades["sigint", "dl9001-ex2"]["result"] == "timed out"
+    assert totals["sigint", FIXTURE]["status"] == "graded; timed out in dl9001-ex2"
+    seconds = next(r.seconds for r in graded[5] if r.student == "sigint")
+    assert seconds < 4 * TIMEOUT + 30, seconds
+
+
+def test_a_function_that_hangs_on_a_hidden_test_costs_only_its_exercise(graded):
+    totals, grades, out, *_ = graded
+    assert _points(grades, "slowcheck") == {1: 0, 2: 2, 3: 1}
+    assert grades["slowcheck", "dl9001-ex1"]["result"] == "timed out"
+
+
+def test_importing_the_reference_answer_scores_zero_with_a_message(graded):
+    totals, grades, out, *_ = graded
+    assert _points(grades, "reference") == {1: 0, 2: 2, 3: 1}
+    assert grades["reference", "dl9001-ex1"]["result"] == "flagged"
+    html = (out / "feedback" / "reference" / f"{FIXTURE}.html").read_text()
+    assert "your answer is computed with causal_mask from transformer_course" in html
+
+
+def test_grading_refuses_without_a_working_sandbox(course, tmp_path, monkeypatch, capsys):
+    import transformer_course.course.grading as grading
+
+    (tmp_path / "s" / "ada").mkdir(parents=True)
+    shutil.copyfile(course / "release" / FIXTURE / f"{FIXTURE}.ipynb", tmp_path / "s" / "ada" / f"{FIXTURE}.ipynb")
+    monkeypatch.setattr(grading, "sandbox_problem", lambda: "bubblewrap is not installed")
+    code = tool.main(["grade", "--course", str(course), "--submissions", str(tmp_path / "s"),
+                      "--out", str(tmp_path / "g")])
+    assert code == 1
+    totals, _ = _read(tmp_path / "g")
+    assert totals["ada", FIXTURE]["status"] == "sandbox refused: bubblewrap is not installed"
+    assert "--no-sandbox" in capsys.readouterr().err
+
+
+def test_the_run_stays_within_the_time_budget(graded):
+    *_, seconds, results = graded
+    times = sorted(r.seconds for r in results if r.seconds > 0)
+    assert len(times) == 18
+    assert seconds < 300, seconds  # the whole run, 2 jobs
+    assert times[len(times) // 2] < 20, times  # median per notebook, fixture chapter, 2 jobs

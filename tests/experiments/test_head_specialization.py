@@ -1,0 +1,163 @@
+"""Tests for the four-lookups task, its model, and the multi-head reference helpers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transformer_course.experiments import head_specialization as hs
+from transformer_course.nn.attention import MultiHeadAttention
+from transformer_course.nn.masks import causal_mask
+
+
+def test_batch_shapes_and_one_marker_and_digit(gen):
+    tokens, sources = hs.make_lookup_batch(5, gen, seq_len=9)
+    assert tokens.shape == (5, 9) and tokens.dtype == torch.int64
+    assert sources.shape == (5, len(hs.RELATIONS), 9)
+    assert ((tokens >= 16) & (tokens < 20)).sum(1).tolist() == [1] * 5
+    assert (tokens >= 20).sum(1).tolist() == [1] * 5
+    # previous and first are undefined at position 0 only
+    assert (sources[:, 0, 0] == -1).all() and (sources[:, 1, 0] == -1).all()
+    assert (sources[:, 0, 1:] == torch.arange(8)).all()
+    marker = sources[:, 2, 0]
+    assert ((tokens.gather(1, marker[:, None]) >= 16) & (tokens.gather(1, marker[:, None]) < 20)).all()
+
+
+def test_batches_are_reproducible():
+    a = hs.make_lookup_batch(4, torch.Generator().manual_seed(3))
+    b = hs.make_lookup_batch(4, torch.Generator().manual_seed(3))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_targets_copy_the_token_at_the_source(gen):
+    tokens, sources = hs.make_lookup_batch(3, gen)
+    targets = hs.lookup_targets(tokens, sources)
+    assert targets.shape == sources.shape
+    assert (targets[:, 0, 1:] == tokens[:, :-1]).all()  # previous token
+    assert (targets[:, 1, 1:] == tokens[:, :1]).all()  # first token
+    assert (targets[:, 0, 0] == hs.IGNORE_INDEX).all()
+
+
+def test_token_names():
+    assert hs.token_names(torch.tensor([0, 15, 16, 19, 20, 23])) == ["a", "p", "A", "D", "0", "3"]
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"batch_size": 0}, ValueError, "batch_size"),
+    ({"seq_len": 2}, ValueError, "seq_len"),
+    ({"num_digits": 11}, ValueError, "num_digits"),
+    ({"num_letters": 1.5}, TypeError, "num_letters"),
+])
+def test_batch_validation(gen, kwargs, error, match):
+    args = {"batch_size": 2, "generator": gen} | kwargs
+    with pytest.raises(error, match=match):
+        hs.make_lookup_batch(**args)
+
+
+def test_batch_needs_a_generator():
+    with pytest.raises(TypeError, match="generator"):
+        hs.make_lookup_batch(2, 0)
+
+
+def test_relation_sources_validation():
+    with pytest.raises(ValueError, match="exactly one marker"):
+        hs.relation_sources(torch.zeros(2, 5, dtype=torch.long))
+    with pytest.raises(TypeError, match="tokens"):
+        hs.relation_sources(torch.zeros(2, 5))
+    with pytest.raises(ValueError, match="tokens"):
+        hs.relation_sources(torch.zeros(5, dtype=torch.long))
+
+
+def test_model_shapes_and_validation(gen):
+    model = hs.LookupModel()
+    tokens, _ = hs.make_lookup_batch(3, gen)
+    logits, weights = model(tokens, need_weights=True)
+    assert logits.shape == (3, 4, 12, 24) and weights.shape == (3, 4, 12, 12)
+    torch.testing.assert_close(model(tokens), logits)  # fused path without weights
+    with pytest.raises(ValueError, match="seq_len"):
+        model(torch.zeros(1, 13, dtype=torch.long))
+    with pytest.raises(TypeError, match="tokens"):
+        model(torch.zeros(1, 12))
+
+
+def test_scores_on_hand_built_weights():
+    tokens = torch.tensor([[0, 1, 16, 2, 20, 3], [4, 21, 5, 6, 7, 17]])  # marker and digit away from 0
+    sources = hs.relation_sources(tokens)
+    weights = torch.zeros(2, 4, 6, 6)
+    for r in range(4):  # head r attends exactly where relation r points (position 0 where undefined)
+        weights[:, r].scatter_(2, sources[:, r].clamp(min=0).unsqueeze(-1), 1.0)
+    scores = hs.head_relation_scores(weights, sources)
+    assert list(scores.columns) == list(hs.RELATIONS)
+    for r, relation in enumerate(hs.RELATIONS):
+        assert scores.loc[f"head {r}", relation] == pytest.approx(1.0)
+    assert hs.assign_heads(scores) == {relation: r for r, relation in enumerate(hs.RELATIONS)}
+    with pytest.raises(ValueError, match="sources"):
+        hs.head_relation_scores(weights, sources[:, :, :5])
+
+
+def test_head_map_distances():
+    uniform = torch.full((1, 2, 3, 4), 0.25)
+    assert torch.allclose(hs.head_map_distances(uniform), torch.zeros(2, 2))
+    disjoint = torch.zeros(1, 2, 3, 4)
+    disjoint[0, 0, :, 0] = 1.0
+    disjoint[0, 1, :, 1] = 1.0
+    assert torch.allclose(hs.head_map_distances(disjoint), 1.0 - torch.eye(2))
+    with pytest.raises(ValueError, match="weights"):
+        hs.head_map_distances(torch.zeros(2, 3, 4))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_per_head_loop_equals_module(gen, bias):
+    torch.manual_seed(0)
+    module = MultiHeadAttention(12, 3, bias=bias).double()
+    x = torch.randn(2, 5, 12, generator=gen, dtype=torch.float64)
+    memory = torch.randn(2, 7, 12, generator=gen, dtype=torch.float64)
+    out, heads = hs.per_head_attention(module, x, memory, memory)
+    assert len(heads) == 3 and heads[0].shape == (2, 5, 4)
+    torch.testing.assert_close(out, module(x, memory, memory))
+    mask = causal_mask(5)
+    torch.testing.assert_close(hs.per_head_attention(module, x, x, x, mask)[0], module(x, x, x, mask=mask))
+    with pytest.raises(TypeError, match="module"):
+        hs.per_head_attention(torch.nn.Linear(2, 2), x, x, x)
+
+
+def test_ablate_heads_removes_exactly_one_head(gen):
+    torch.manual_seed(0)
+    module = MultiHeadAttention(12, 3).double()
+    x = torch.randn(1, 4, 12, generator=gen, dtype=torch.float64)
+    _, heads = hs.per_head_attention(module, x, x, x)
+    ablated = hs.ablate_heads(module, [1])
+    dh = module.d_head
+    expected = module(x, x, x) - heads[1] @ module.out_proj.weight.T[dh:2 * dh]
+    torch.testing.assert_close(ablated(x, x, x), expected)
+    assert module.out_proj.weight[:, dh:2 * dh].abs().sum() > 0  # the original is untouched
+    with pytest.raises(ValueError, match="heads"):
+        hs.ablate_heads(module, [3])
+    with pytest.raises(ValueError, match="no MultiHeadAttention"):
+        hs.ablate_heads(torch.nn.Linear(2, 2), [0])
+
+
+def test_training_is_deterministic():
+    a, losses_a = hs.train_lookup_model(seed=0, steps=5, batch_size=8)
+    b, losses_b = hs.train_lookup_model(seed=0, steps=5, batch_size=8)
+    assert losses_a == losses_b
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+
+
+@pytest.mark.slow
+def test_short_training_run_specializes_the_four_heads():
+    """The chapter's configuration (seed 0): one head per relation, each above 0.85 of the mass."""
+    model, _ = hs.train_lookup_model(seed=0)
+    tokens, sources = hs.make_lookup_batch(256, torch.Generator().manual_seed(1))
+    assert (hs.lookup_accuracy(model, tokens, sources) > 0.97).all()
+    with torch.no_grad():
+        _, weights = model(tokens, need_weights=True)
+    scores = hs.head_relation_scores(weights, sources)
+    assignment = hs.assign_heads(scores)
+    assert sorted(assignment.values()) == [0, 1, 2, 3]
+    for relation, head in assignment.items():
+        assert scores.loc[f"head {head}", relation] > 0.85
+    ablation = hs.ablation_table(model, tokens, sources)
+    for relation, head in assignment.items():
+        assert ablation.loc[f"head {head}", relation] < 0.5

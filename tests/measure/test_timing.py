@@ -1,0 +1,60 @@
+import pytest
+import torch
+
+from transformer_course.measure.cost import BLOCK_COMPONENTS, block_flops
+from transformer_course.measure.timing import forward_time_table, median_times, threads, time_block_components
+from transformer_course.nn.layers import EncoderLayer
+from transformer_course.nn.rnn import ElmanRNN
+
+
+def test_median_times_interleaves_rounds_of_benchmark_timers():
+    calls = []
+    out = median_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3)
+    assert set(out) == {"a", "b"} and all(v > 0 for v in out.values())
+    assert calls == (["a"] * 3 + ["b"] * 3) * 3  # each round: two warm-up calls and one timed, a then b
+    with pytest.raises(TypeError, match="fn must be callable"):
+        median_times({"f": 3})
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
+        median_times({"f": lambda: None}, repeats=0)
+    with pytest.raises(TypeError, match="fns must be"):
+        median_times({})
+
+
+def test_median_times_sets_the_thread_count_only_while_timing():
+    before = torch.get_num_threads()
+    seen = []
+    median_times({"f": lambda: seen.append(torch.get_num_threads())}, repeats=1, num_threads=1)
+    assert set(seen) == {1} and torch.get_num_threads() == before
+
+
+def test_forward_time_table_structure_and_threads_restored():
+    before = torch.get_num_threads()
+    table = forward_time_table({"RNN": ElmanRNN(4), "T": EncoderLayer(4, 2, 8)}, (2, 3), repeats=1, num_threads=1)
+    assert torch.get_num_threads() == before
+    assert list(table.columns) == ["RNN (ms)", "T (ms)"] and list(table.index) == [2, 3]
+    assert (table > 0).all().all()
+    with pytest.raises(TypeError, match=r"modules\['x'\]"):
+        forward_time_table({"x": torch.nn.Linear(2, 2)}, (2,))
+    with pytest.raises(ValueError, match="lengths must be"):
+        forward_time_table({"RNN": ElmanRNN(4)}, [])
+
+
+def test_threads_context_validates():
+    with pytest.raises(ValueError, match="num_threads must be >= 1"):
+        with threads(0):
+            pass
+
+
+def test_time_block_components_structure():
+    frame = time_block_components(8, 16, num_heads=2, expansion=2, repeats=1)
+    assert list(frame.index) == list(BLOCK_COMPONENTS)
+    assert list(frame.columns) == ["time (ms)", "time share (%)", "FLOPs", "FLOP share (%)"]
+    assert (frame["time (ms)"] > 0).all()
+    assert frame["time share (%)"].sum() == pytest.approx(100)
+    assert frame["FLOP share (%)"].sum() == pytest.approx(100)
+    parts = block_flops(8, 16, 2, 2)
+    assert frame.loc["ffn", "FLOPs"] == parts["ffn"]
+    with pytest.raises(ValueError, match="d must be divisible by num_heads"):
+        time_block_components(8, 10, num_heads=4)
+    with pytest.raises(ValueError, match="expansion"):
+        time_block_components(8, 16, num_heads=2, expansion=1.03)

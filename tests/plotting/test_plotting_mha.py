@@ -1,0 +1,75 @@
+"""Tests for the multi-head attention figures: labels read off the module, shapes, validation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from transformer_course.nn.attention import MultiHeadAttention
+from transformer_course.plotting.mha import (mha_pipeline_labels, plot_head_maps, plot_mha_pipeline,
+                                             plot_relation_scores)
+
+
+def _texts(fig: Figure) -> list[str]:
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+def test_labels_come_from_the_module():
+    a, b = MultiHeadAttention(512, 8), MultiHeadAttention(32, 4)
+    la, lb = mha_pipeline_labels(a), mha_pipeline_labels(b)
+    assert "h = 8" in la["split"] and "= 64" in la["split"]
+    assert "h = 4" in lb["split"] and "= 8" in lb["split"]
+    assert "512×512" in la["projections"] and "32×32" in lb["projections"]
+    assert la["concat"] == "Concat\n8 × 64 = 512"
+    assert la != lb
+
+
+def test_pipeline_figure_draws_the_labels_and_each_head():
+    module = MultiHeadAttention(24, 3)
+    fig = plot_mha_pipeline(module)
+    assert isinstance(fig, Figure)
+    texts = _texts(fig)
+    labels = mha_pipeline_labels(module)
+    for key in ("input", "projections", "split", "concat", "output_projection", "output"):
+        assert labels[key] in texts
+    assert sum(t.startswith("head ") for t in texts) == 3
+    assert "d_model=24" in fig.axes[0].get_title()
+
+
+def test_wide_modules_draw_an_ellipsis():
+    texts = _texts(plot_mha_pipeline(MultiHeadAttention(64, 16), max_heads_drawn=4))
+    assert sum(t.startswith("head ") for t in texts) == 4
+    assert any(t.startswith("head 16") for t in texts) and "⋮" in texts
+
+
+def test_pipeline_validation():
+    with pytest.raises(TypeError, match="module"):
+        plot_mha_pipeline(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="max_heads_drawn"):
+        plot_mha_pipeline(MultiHeadAttention(8, 2), max_heads_drawn=1)
+
+
+def test_head_maps(gen):
+    weights = torch.rand(3, 5, 5, generator=gen).softmax(-1)
+    fig = plot_head_maps(weights, list("abcde"), ["x", "y", "z"])
+    assert len(fig.axes) == 4  # three maps and a colour bar
+    assert [ax.get_title() for ax in fig.axes[:3]] == ["x", "y", "z"]
+    with pytest.raises(ValueError, match="tokens"):
+        plot_head_maps(weights, list("abc"))
+    with pytest.raises(ValueError, match="titles"):
+        plot_head_maps(weights, list("abcde"), ["x"])
+    with pytest.raises(ValueError, match="weights"):
+        plot_head_maps(torch.rand(3, 5, 4), list("abcde"))
+    with pytest.raises(TypeError, match="weights"):
+        plot_head_maps(torch.ones(3, 5, 5, dtype=torch.long), list("abcde"))
+
+
+def test_relation_scores_figure():
+    import pandas as pd
+
+    scores = pd.DataFrame([[0.9, 0.1], [0.2, 0.8]], index=["head 0", "head 1"], columns=["a", "b"])
+    fig = plot_relation_scores(scores)
+    assert "0.90" in _texts(fig)
+    with pytest.raises(TypeError, match="scores"):
+        plot_relation_scores([[1.0]])

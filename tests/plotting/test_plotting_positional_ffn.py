@@ -1,0 +1,88 @@
+"""Figures of chapters DL0030 and DL0031: they are Figures, their labels come from the data or module."""
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from transformer_course.nn.feedforward import FeedForward
+from transformer_course.nn.positional import alibi_bias, alibi_slopes, position_similarity, sinusoidal_encoding
+from transformer_course.plotting.feedforward import (ffn_diagram_labels, plot_activations, plot_ffn_diagram,
+                                                     plot_position_jacobians)
+from transformer_course.plotting.positional import (plot_alibi_bias, plot_pe_dimensions, plot_pe_matrix,
+                                                    plot_position_similarity)
+
+
+def _texts(fig):
+    return [text.get_text() for ax in fig.axes for text in ax.texts]
+
+
+def test_ffn_diagram_labels_are_read_off_the_module():
+    base = plot_ffn_diagram(FeedForward(512, 2048))
+    other = plot_ffn_diagram(FeedForward(64, 96, activation="gelu"))
+    assert isinstance(base, Figure)
+    base_texts, other_texts = _texts(base), _texts(other)
+    assert "x\none token\nd = 512" in base_texts and "ReLU" in base_texts
+    assert "linear1: W1 (512 x 2048) + b1" in base_texts and "hidden\n2048\n= 4 d" in base_texts
+    assert "x\none token\nd = 64" in other_texts and "GELU" in other_texts
+    assert "hidden\n96\n= 1.50 d" in other_texts
+    assert set(ffn_diagram_labels(FeedForward(64, 96, activation="gelu")).values()) <= set(other_texts)
+    assert base_texts != other_texts
+
+
+def test_ffn_diagram_shows_the_gate_of_swiglu():
+    labels = ffn_diagram_labels(FeedForward(512, 1365, activation="swiglu"))
+    assert "gate: W3 (512 x 1365) + b3" in labels["expand"]
+    assert labels["pre_activation"].startswith("a and g\n2 x 1365")
+    assert labels["activate"] == "SiLU(a) * g"
+
+
+def test_ffn_diagram_validation():
+    with pytest.raises(TypeError, match="ffn must be a FeedForward"):
+        plot_ffn_diagram(torch.nn.Linear(2, 2))
+
+
+def test_activation_figure():
+    fig = plot_activations()
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    assert len(fig.axes[0].lines) == 3 + 2  # three curves, two axis lines
+    with pytest.raises(ValueError, match="low must be < high"):
+        plot_activations(1.0, -1.0)
+    with pytest.raises(ValueError, match="points must be >= 2"):
+        plot_activations(points=1)
+
+
+def test_position_jacobians_figure():
+    fig = plot_position_jacobians({"FFN": torch.eye(4), "attention": torch.ones(4, 4)})
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["FFN", "attention"]
+    with pytest.raises(ValueError, match="at least one"):
+        plot_position_jacobians({})
+    with pytest.raises(ValueError, match="must be square"):
+        plot_position_jacobians({"x": torch.ones(2, 3)})
+
+
+def test_pe_figures():
+    pe = sinusoidal_encoding(30, 16)
+    fig = plot_pe_matrix(pe)
+    assert isinstance(fig, Figure) and fig.axes[0].images[0].get_array().shape == (30, 16)
+    fig = plot_pe_dimensions(pe, [0, 6, 14], ["fast", "medium", "slow"])
+    assert [ax.get_ylabel() for ax in fig.axes] == ["PE[:, 0]", "PE[:, 6]", "PE[:, 14]"]
+    assert [ax.get_title(loc="left") for ax in fig.axes] == ["fast", "medium", "slow"]
+    with pytest.raises(ValueError, match="dims must hold ints in"):
+        plot_pe_dimensions(pe, [16])
+    with pytest.raises(ValueError, match="labels must have one entry per dimension"):
+        plot_pe_dimensions(pe, [0, 1], ["one"])
+    with pytest.raises(ValueError, match="pe must have 2 dimensions"):
+        plot_pe_matrix(torch.zeros(3))
+
+
+def test_similarity_and_alibi_figures():
+    fig = plot_position_similarity(position_similarity(sinusoidal_encoding(10, 8)))
+    assert fig.axes[0].images[0].get_array().shape == (10, 10)
+    with pytest.raises(ValueError, match="must be square"):
+        plot_position_similarity(torch.zeros(3, 4))
+    fig = plot_alibi_bias(alibi_bias(3, 5), alibi_slopes(3))
+    assert [ax.get_title() for ax in fig.axes[:3]] == [f"head {h}, m = {2 ** (-8 * h / 3):.3g}" for h in (1, 2, 3)]
+    image = fig.axes[0].images[0].get_array()
+    assert image.mask[0, 1] and not image.mask[1, 0]  # the future is blank under the causal view
+    with pytest.raises(ValueError, match="slopes must have shape"):
+        plot_alibi_bias(alibi_bias(3, 5), alibi_slopes(2))
