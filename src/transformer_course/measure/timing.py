@@ -154,7 +154,8 @@ def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float =
     projections = [nn.Linear(d, d) for _ in range(4)]
     linear1, linear2 = nn.Linear(d, d_ff), nn.Linear(d_ff, d)
     q, k, v = (torch.randn(batch, num_heads, n, d_head, generator=generator) for _ in range(3))  # (B, H, T, Dh)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)  # (B, H, T, T)
+    q_scaled = q / math.sqrt(d_head)  # (B, H, T, Dh): scaled once, so the timed call is the product alone
+    scores = q_scaled @ k.transpose(-2, -1)  # (B, H, T, T)
     weights = scores.softmax(dim=-1)  # (B, H, T, T)
 
     def run_projections() -> None:
@@ -163,7 +164,7 @@ def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float =
 
     calls = {
         "qkvo_projections": run_projections,
-        "scores_qk": lambda: q @ k.transpose(-2, -1) / math.sqrt(d_head),  # (B, H, T, T)
+        "scores_qk": lambda: q_scaled @ k.transpose(-2, -1),  # (B, H, T, T): the matrix product only
         "weighted_values_av": lambda: weights @ v,  # (B, H, T, Dh)
         "softmax": lambda: scores.softmax(dim=-1),  # (B, H, T, T)
         "ffn": lambda: linear2(torch.relu(linear1(x))),  # (B, T, D)

@@ -298,9 +298,12 @@ def plot_attention_sources(encoder_mask: torch.Tensor, decoder_mask: torch.Tenso
     figure = new_figure(10.0, 6.6)
     grid = figure.add_gridspec(2, 3, height_ratios=[1.0, 1.25])
     panels = [
-        ("Encoder self-attention", "source\nx", "source\nx", "source\nx", PALETTE["embedding"], PALETTE["embedding"],
+        # Q, K, V come from the stack's current state: the embedded input only in layer 1.
+        ("Encoder self-attention", "encoder\nstate", "encoder\nstate", "encoder\nstate", PALETTE["embedding"],
+         PALETTE["embedding"],
          encoder_mask, f"S × S = {s} × {s}: every key\n(padding columns blocked)", "query (source)", "key (source)"),
-        ("Masked decoder self-attention", "target\ny", "target\ny", "target\ny", PALETTE["ffn"], PALETTE["ffn"],
+        ("Masked decoder self-attention", "decoder\nstate", "decoder\nstate", "decoder\nstate", PALETTE["ffn"],
+         PALETTE["ffn"],
          decoder_mask, f"T × T = {t} × {t}: causal,\nkey j ≤ query i", "query (target)", "key (target)"),
         ("Cross-attention", "decoder\nstate", "encoder\noutput", "encoder\noutput", PALETTE["ffn"],
          PALETTE["embedding"], cross_mask, f"T × S = {t} × {s}: every source key\nfor every target query",
