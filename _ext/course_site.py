@@ -11,11 +11,25 @@ readers prefer to keep; this extension copies it beside the notebook under ``_so
 Book adds every ``.js`` file under ``_static`` to ``html_js_files``; MathJax's components must
 instead be loaded by MathJax itself, on demand, from ``mathjax_path``.
 
+3. Send readers to the student edition. A chapter's Colab button and its ``.ipynb`` download
+point at ``student/<chapter>.ipynb`` (made by ``tools/student_edition.py``: no solutions, no
+hidden tests) instead of the instructor notebook the page was built from; the theme's ".pdf"
+entry (the browser's print dialog, not a PDF) is dropped from the download menu.
+
+4. The student site. With ``COURSE_EDITION=student`` in the environment, every solution block is
+removed from the pages (sphinx-exercise's own ``hide_solutions`` hides only the directive and
+leaves a gated solution's code cell on the page):
+
+    COURSE_EDITION=student jupyter-book build . --path-output _build/student
+
+(the pages land in ``_build/student/_build/html``).
+
 Loaded through ``sphinx.local_extensions`` in ``_config.yml``.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -24,6 +38,8 @@ from sphinx.application import Sphinx
 
 TWIN_SUFFIX = ".myst.md"
 VENDORED_MATHJAX = "mathjax/"
+STUDENT_FOLDER = "student"
+EDITION_VARIABLE = "COURSE_EDITION"
 
 
 def add_myst_download(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any],
@@ -62,8 +78,58 @@ def drop_vendored_mathjax_scripts(app: Sphinx, config: Any) -> None:
     config.html_js_files = [entry for entry in config.html_js_files if keep(entry)]
 
 
+def default_colour_mode(app: Sphinx, config: Any) -> None:
+    """Give the theme an explicit default colour mode ("auto").
+
+    pydata-sphinx-theme reads the stored mode, else ``html_context["default_mode"]``; Jupyter Book
+    leaves the latter empty, so every first visit logged "Got invalid theme mode" before falling
+    back to auto.
+    """
+    context = dict(config.html_context or {})
+    context.setdefault("default_mode", "auto")
+    config.html_context = context
+
+
+def student_edition_links(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any],
+                          doctree: Any) -> None:
+    """Point the Colab button and the ``.ipynb`` download at ``student/<chapter>.ipynb``."""
+    if doctree is None or "header_buttons" not in context:
+        return
+    stem = Path(pagename).name
+    student = Path(app.srcdir, STUDENT_FOLDER, stem + ".ipynb")
+    for group in context["header_buttons"]:
+        buttons = group.get("buttons", [])
+        if group.get("label") == "download-buttons":
+            buttons[:] = [b for b in buttons if b.get("label") != "download-pdf-button"]
+        if not student.is_file():
+            continue
+        for button in buttons:
+            url = button.get("url", "")
+            if group.get("label") == "launch-buttons" and url.endswith(f"/{pagename}.ipynb"):
+                button["url"] = url[: -len(f"{pagename}.ipynb")] + f"{STUDENT_FOLDER}/{stem}.ipynb"
+                button["tooltip"] = "Open the student edition (no solutions) in Colab"
+            elif group.get("label") == "download-buttons" and url.endswith(f"/{pagename}.ipynb"):
+                target = Path(app.outdir, "_sources", STUDENT_FOLDER, stem + ".ipynb")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(student, target)
+                button["url"] = f"{context['pathto']('_sources', 1)}/{STUDENT_FOLDER}/{stem}.ipynb"
+                button["tooltip"] = "Download the student edition (.ipynb, no solutions)"
+
+
+def remove_solutions(app: Sphinx, doctree: Any, docname: str) -> None:
+    """In the student site, drop every solution block (gated solutions included) from the page."""
+    from sphinx_exercise.nodes import solution_node
+
+    for node in list(doctree.findall(solution_node)):
+        node.parent.remove(node)
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", drop_vendored_mathjax_scripts)
+    app.connect("config-inited", default_colour_mode)
+    app.connect("html-page-context", student_edition_links, priority=511)
+    if os.environ.get(EDITION_VARIABLE, "").lower() == "student":
+        app.connect("doctree-resolved", remove_solutions)
     # After sphinx-book-theme builds the header buttons (priority 501).
     app.connect("html-page-context", add_myst_download, priority=510)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,40 +1,49 @@
-"""A chapter runs outside the repository with nothing but the package and its declared dependencies.
+"""A student notebook runs outside the repository with nothing but the package its first cell names.
 
-This mirrors what Colab does with a chapter: a fresh Python with PyTorch preinstalled, the course
-package installed by pip (not editable, not from requirements.txt, so only the dependencies
-declared in pyproject.toml come with it), and the notebook alone, far from the repository. The
-test builds such an environment in a temporary folder:
+This mirrors what Colab does with a chapter's student edition (``student/*.ipynb``, what the site's
+Colab button opens): a fresh Python with PyTorch preinstalled, then the course package that the
+notebook's first cell installs (``git+<repository>@<COURSE_REF>``, not editable, not from
+requirements.txt, so only the dependencies declared in pyproject.toml come with it), and the
+notebook alone, far from the repository. The test builds such an environment in a temporary folder:
 
 1. ``python -m venv``; ``pip install torch==2.13.0`` (Colab's preinstalled PyTorch; this pin takes
    the CPU wheel, an unpinned torch would download a multi-GB CUDA build);
-2. ``pip install <a copy of the package's files>`` plus ``ipykernel`` and ``nbclient`` to run a
-   kernel (Colab has both);
-3. copies one chapter notebook into an empty folder and executes it there, top to bottom, in that
-   environment's kernel.
+2. ``pip install`` the package exactly as the first cell's ``git+URL@COURSE_REF`` would fetch it:
+   the tree of commit COURSE_REF, taken from this clone with ``git archive`` (the URL is checked
+   against _config.yml), plus ``ipykernel`` and ``nbclient`` to run a kernel (Colab has both);
+3. copies the student notebook into an empty folder and executes it there, in that environment's
+   kernel, from its first cell up to its first exercise (the exercises are the student's to write).
 
-The chapter is ``dl0030_positional_encoding.ipynb`` once it exists, else the pilot page
-``running_the_course.ipynb``; ``COLAB_LIKE_NOTEBOOK`` (a path relative to chapters/) overrides it.
+The notebook is ``student/dl0030_positional_encoding.ipynb``; ``COLAB_LIKE_NOTEBOOK`` (a file name
+in student/) overrides it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.network, pytest.mark.slow]
-PREFERRED = ["dl0030_positional_encoding.ipynb", "running_the_course.ipynb"]
+PREFERRED = ["dl0030_positional_encoding.ipynb"]
+REPOSITORY_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
 TORCH = "torch==2.13.0"
 
 EXECUTE = """
-import sys, nbformat
+import re, sys, nbformat
 from nbclient import NotebookClient
 notebook = nbformat.read(sys.argv[1], as_version=4)
+first = next(i for i, c in enumerate(notebook.cells)
+             if c.cell_type == "markdown" and re.search(r"^### Exercise ", c.source, re.MULTILINE))
+notebook.cells = notebook.cells[:first]
 for cell in notebook.cells:
     if cell.cell_type == "code":
         cell.outputs = []
@@ -50,10 +59,10 @@ def _chapter() -> Path:
     override = os.environ.get("COLAB_LIKE_NOTEBOOK")
     names = [override] if override else PREFERRED
     for name in names:
-        path = ROOT / "chapters" / name
+        path = ROOT / "student" / name
         if path.exists():
             return path
-    raise AssertionError(f"none of {names} exists in chapters/")
+    raise AssertionError(f"none of {names} exists in student/")
 
 
 def _run(command: list[str], cwd: Path, env: dict[str, str], timeout: int = 1200) -> str:
@@ -62,7 +71,7 @@ def _run(command: list[str], cwd: Path, env: dict[str, str], timeout: int = 1200
     return result.stdout
 
 
-def test_a_chapter_runs_outside_the_repository_with_only_the_declared_dependencies(tmp_path):
+def test_a_student_notebook_runs_to_its_first_exercise_with_only_its_first_cells_package(tmp_path):
     env = {key: value for key, value in os.environ.items()
            if key not in ("PYTHONPATH", "VIRTUAL_ENV", "MPLBACKEND", "PYTHONHOME")}
     env["PYTHONHASHSEED"] = "0"
@@ -77,14 +86,21 @@ def test_a_chapter_runs_outside_the_repository_with_only_the_declared_dependenci
     # What Colab has before a chapter's first cell: PyTorch.
     _run(pip + [TORCH], cwd=tmp_path, env=env)
 
-    # The package as `pip install git+<repository URL>` would see it: its pyproject.toml, README
-    # and src/, copied so that the build leaves nothing behind in the working tree.
+    # The package the student notebook's first cell installs: git+<repository URL>@<COURSE_REF>,
+    # taken from this clone at that commit (what pip would check out).
+    chapter = _chapter()
+    first_cell = next(c for c in nbformat.read(chapter, as_version=4).cells if c.cell_type == "code").source
+    url, ref = re.search(r'COURSE_PACKAGE = f"git\+([^"@]+)@\{COURSE_REF\}"', first_cell)[1], \
+        re.search(r'COURSE_REF = "([^"]+)"', first_cell)[1]
+    assert url == REPOSITORY_URL, (url, REPOSITORY_URL)
     package = tmp_path / "package"
     package.mkdir()
-    shutil.copy2(ROOT / "pyproject.toml", package)
-    shutil.copy2(ROOT / "README.md", package)
-    shutil.copytree(ROOT / "src", package / "src",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
+    archived = subprocess.run(["git", "archive", ref, "pyproject.toml", "README.md", "src"], cwd=ROOT,
+                              capture_output=True)
+    if archived.returncode != 0:
+        pytest.skip(f"commit {ref} is not in this clone (a shallow checkout?): {archived.stderr.decode()[:200]}")
+    archive = archived.stdout
+    subprocess.run(["tar", "-x", "-C", str(package)], input=archive, check=True)
     _run(pip + [str(package), "ipykernel", "nbclient"], cwd=tmp_path, env=env)
 
     # The same torch stays: the package's lower bounds must not pull another build.
@@ -96,7 +112,6 @@ def test_a_chapter_runs_outside_the_repository_with_only_the_declared_dependenci
     # The chapter alone, in a folder of its own, far from the repository.
     workdir = tmp_path / "work"
     workdir.mkdir()
-    chapter = _chapter()
     notebook = workdir / chapter.name
     shutil.copy2(chapter, notebook)
     script = tmp_path / "execute.py"

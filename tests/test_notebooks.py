@@ -89,7 +89,7 @@ def test_every_code_cell_was_executed_in_order_without_errors(path):
 def test_first_cell_installs_from_the_configured_repository_only_in_colab(path):
     first = _code_cells(nbformat.read(path, as_version=4))[0]
     assert 'if "google.colab" in sys.modules:' in first.source, "the install must be guarded for Colab"
-    urls = re.findall(r"git\+(https://[^\"'\s]+)", first.source)
+    urls = re.findall(r"git\+(https://[^\"'\s@]+)@\{COURSE_REF\}", first.source)
     assert urls == [REPOSITORY_URL], f"install URL {urls} != repository.url {REPOSITORY_URL} in _config.yml"
     assert "remove-cell" in first.metadata.get("tags", []), "the install cell must be hidden on the site"
 

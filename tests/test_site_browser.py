@@ -13,8 +13,15 @@ blocked and recorded. The checks:
 * the console shows no error, except two known ones that are not the course's: Sphinx 7 declaring
   ``THEBE_JS_URL`` twice, and the theme resetting an unset colour mode on a first visit;
 * every internal link resolves, anchors included;
-* every chapter page has a Colab launch link to its ``.ipynb`` in the configured repository, and
-  download links to its ``.ipynb`` and ``.md`` twin.
+* every chapter page has a Colab launch link to its student edition (``student/<chapter>.ipynb``
+  in the configured repository, which exists here and holds no solution or hidden test) and
+  download links to the same student ``.ipynb`` and to its ``.md`` twin;
+* pages read well: every page, at a phone's 390 px and a desktop's 1280 px, in both themes, is
+  no wider than the window (long code wraps, wide tables and formulas scroll in their own box); no
+  page shows more than one stderr block; every figure of a notebook output has at least 2 image
+  pixels per displayed pixel (sharp on HiDPI screens); a box that scrolls sideways fades its
+  hidden edge (``_static/course.js``); no exercise shows a literal code fence
+  (its body is Markdown); every page has a favicon.
 
 A full-page screenshot of each page in each theme is saved under ``artifacts/screenshots/``
 (gitignored) for a person to look at. The browser is ``$CHROMIUM`` if set, else Debian's Chromium
@@ -50,13 +57,14 @@ ARTIFACTS = ROOT / "artifacts" / "screenshots"
 pytestmark = pytest.mark.browser
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 THEMES = ("light", "dark")
+PHONE = 390  # px: the narrowest window every page must fit (an iPhone 12-15 in portrait)
+PHONE_THEMES = tuple(f"{theme}@{PHONE}" for theme in THEMES)
+MIN_PIXEL_DENSITY = 2.0  # image pixels per displayed CSS pixel of every output figure
 
 # Console errors that are not the course's and that we cannot fix from the book's configuration.
 ALLOWED_CONSOLE_ERRORS = [
     # Sphinx 7 + sphinx-thebe emit the same inline <script>const THEBE_JS_URL = ...</script> twice.
     re.compile(r"Identifier 'THEBE_JS_URL' has already been declared"),
-    # pydata-sphinx-theme on a first visit, before a colour mode is stored.
-    re.compile(r"Got invalid theme mode: .*Resetting to auto"),
 ]
 
 # Run in the page once it has loaded: lazy images made eager and awaited, MathJax awaited.
@@ -87,8 +95,24 @@ INSPECT_JS = """() => {
       } catch (e) { opaque = "unreadable: " + e; }
     }
     return {src: img.getAttribute("src"), alt: (img.getAttribute("alt") || "").trim(),
-            complete: img.complete, naturalWidth: img.naturalWidth, opaque: opaque};
+            complete: img.complete, naturalWidth: img.naturalWidth, opaque: opaque,
+            output: !!img.closest(".cell_output"), displayedWidth: img.getBoundingClientRect().width};
   });
+  // What sticks out of the window without a scrolling box of its own to hold it.
+  const viewport = document.documentElement.clientWidth;
+  const clipped = el => {
+    for (let a = el.parentElement; a; a = a.parentElement) {
+      const style = getComputedStyle(a);
+      if (["auto", "scroll", "hidden", "clip"].includes(style.overflowX) &&
+          a.getBoundingClientRect().right <= viewport + 1) return true;
+    }
+    return false;
+  };
+  const wide = Array.from(document.querySelectorAll(".bd-main *"))
+    .filter(el => el.getBoundingClientRect().right > viewport + 1 && !clipped(el))
+    .slice(0, 5)
+    .map(el => `${el.tagName.toLowerCase()}.${Array.from(el.classList).join(".")}: ` +
+               `${Math.round(el.getBoundingClientRect().right)} px: ${(el.textContent || "").trim().slice(0, 60)}`);
   const math = Array.from(document.querySelectorAll(".math"));
   return {
     theme: document.documentElement.dataset.theme || "",
@@ -104,6 +128,21 @@ INSPECT_JS = """() => {
                       .map(text => text.trim().slice(0, 80)),
     mathjaxLoaded: !!(window.MathJax && window.MathJax.startup),
     links: Array.from(document.querySelectorAll("a[href]")).map(a => a.href),
+    viewport: viewport,
+    pageWidth: document.documentElement.scrollWidth,
+    wide: wide,
+    stderrBlocks: document.querySelectorAll(".cell_output .output.stderr").length,
+    exerciseBodies: Array.from(document.querySelectorAll(".exercise")).map(el => el.textContent),
+    favicon: (document.querySelector("link[rel~='icon']") || {}).href || null,
+    printButtons: document.querySelectorAll("[onclick*='print()']").length,
+    // Boxes that scroll sideways (course.css) but show no cue (course.js's faded edge).
+    uncued: Array.from(document.querySelectorAll(
+        ".pst-scrollable-table-container, .cell_output .output, div.math, mjx-container[display='true']"))
+      .filter(box => box.scrollWidth - box.clientWidth > 1 && box.scrollLeft === 0 &&
+                     !box.classList.contains("scroll-more-right"))
+      .map(box => `${box.tagName.toLowerCase()}.${Array.from(box.classList).join(".")}: ` +
+                  `${(box.textContent || "").trim().slice(0, 60)}`),
+    cued: document.querySelectorAll(".scroll-more-right").length,
   };
 }"""
 
@@ -201,10 +240,10 @@ def visits():
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
             try:
-                for theme in THEMES:
+                for theme, width in [(t, 1280) for t in THEMES] + [(t, PHONE) for t in PHONE_THEMES]:
                     (ARTIFACTS / theme).mkdir(parents=True, exist_ok=True)
-                    context = browser.new_context(viewport={"width": 1280, "height": 900})
-                    if theme == "dark":
+                    context = browser.new_context(viewport={"width": width, "height": 900})
+                    if theme.startswith("dark"):
                         context.add_init_script(
                             "localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark');")
                     for page_path in _pages():
@@ -228,7 +267,9 @@ def _visit(context, base: str, page_path: str, theme: str) -> dict:
         target = urllib.parse.urljoin(base + page_path, redirect.group(1))
         return {"status": 200, "theme": theme, "title": "", "images": [], "mathTotal": 0,
                 "mathUntypeset": [], "mathErrors": 0, "figureReprs": [], "mathjaxLoaded": False, "links": [target],
-                "console_errors": [], "external": [], "failed": [], "redirect": True}
+                "console_errors": [], "external": [], "failed": [], "redirect": True, "viewport": 0,
+                "pageWidth": 0, "wide": [], "stderrBlocks": 0, "exerciseBodies": [], "favicon": None,
+                "printButtons": 0, "uncued": [], "cued": 0}
     page = context.new_page()
     console_errors: list[str] = []
     external: list[str] = []
@@ -358,7 +399,9 @@ def test_every_internal_link_resolves(visits):
     assert not problems, "\n".join(problems)
 
 
-def test_every_chapter_page_has_colab_and_download_links(visits):
+def test_every_chapter_page_has_colab_and_download_links_to_its_student_edition(visits):
+    from transformer_course.course.coursework import LEAK_PATTERNS
+
     repository = CONFIG["repository"]
     owner_repo = urllib.parse.urlsplit(repository["url"]).path.strip("/")
     book = repository.get("path_to_book", "").strip("/")
@@ -366,19 +409,103 @@ def test_every_chapter_page_has_colab_and_download_links(visits):
     chapters = sorted(page for page, _, _ in _each(visits, themes=("light",))
                       if page.startswith("chapters/") and (ROOT / page).with_suffix(".ipynb").exists())
     assert chapters, "no chapter pages built from chapters/*.ipynb"
-    problems = []
+    problems, students = [], 0
     for page in chapters:
         links = visits[(page, "light")]["links"]
-        source = f"{book + '/' if book else ''}{page.removesuffix('.html')}.ipynb"
+        stem = page.removesuffix(".html")
+        name = Path(stem).name
+        student = ROOT / "student" / f"{name}.ipynb"
+        # Chapters with exercises open their student edition; the other pages their own notebook.
+        source = f"student/{name}.ipynb" if student.exists() else f"{stem}.ipynb"
+        source = f"{book + '/' if book else ''}{source}"
         colab = (f"https://colab.research.google.com/github/{owner_repo}/blob/{repository['branch']}/"
                  f"{source}")
         colab_links = [href for href in links if "colab.research.google.com" in href]
-        if colab not in colab_links:
-            problems.append(f"{page}: no Colab link {colab} (found {colab_links})")
-        if any(not href.endswith(".ipynb") for href in colab_links):
-            problems.append(f"{page}: a Colab link not ending in .ipynb: {colab_links}")
-        stem = page.removesuffix(".html")
-        for suffix in (".ipynb", ".myst.md"):
-            if f"{base}_sources/{stem}{suffix}" not in links:
-                problems.append(f"{page}: no download link for {stem}{suffix}")
+        if colab_links != [colab]:
+            problems.append(f"{page}: Colab links {colab_links}, expected [{colab}]")
+        if name.startswith("dl00") and not student.exists():
+            problems.append(f"{page}: a chapter without a student edition (python tools/student_edition.py)")
+        download = f"{base}_sources/student/{name}.ipynb" if student.exists() else f"{base}_sources/{stem}.ipynb"
+        if download not in links:
+            problems.append(f"{page}: no download link for {download}")
+        if f"{base}_sources/{stem}.myst.md" not in links:
+            problems.append(f"{page}: no download link for {stem}.myst.md")
+        if visits[(page, "light")]["printButtons"]:
+            problems.append(f"{page}: a '.pdf' entry that only opens the print dialog")
+        if student.exists():
+            students += 1
+            text = student.read_text()
+            problems += [f"{page}: its student notebook shows {pattern!r}" for pattern in LEAK_PATTERNS
+                         if pattern in text]
+            served = SITE / "_sources" / "student" / f"{name}.ipynb"
+            if not served.is_file() or served.read_text() != text:
+                problems.append(f"{page}: the site's download {served} is not student/{name}.ipynb")
+    assert students >= 10, f"only {students} chapters link a student edition"
+    assert not problems, "\n".join(problems)
+
+
+def test_no_page_scrolls_sideways_on_a_phone_or_a_desktop(visits):
+    problems, seen = [], 0
+    for page, theme, info in _each(visits, themes=THEMES + PHONE_THEMES):
+        if info.get("redirect"):
+            continue
+        seen += 1
+        if info["pageWidth"] > info["viewport"] + 1:
+            problems.append(f"{page} [{theme}]: {info['pageWidth']} px wide in a {info['viewport']} px "
+                            f"window; sticking out: {info['wide']}")
+    assert seen, "no pages visited"
+    assert not problems, "\n".join(problems)
+
+
+def test_boxes_that_scroll_sideways_show_a_cue(visits):
+    problems, cued = [], 0
+    for page, theme, info in _each(visits, themes=THEMES + PHONE_THEMES):
+        cued += info["cued"]
+        problems += [f"{page} [{theme}]: scrolls sideways without a cue: {box}" for box in info["uncued"]]
+    assert cued, "no box scrolls sideways anywhere, not even on a phone: is course.js loaded?"
+    assert not problems, "\n".join(problems)
+
+
+def test_no_page_shows_more_than_one_stderr_block(visits):
+    problems = [f"{page}: {info['stderrBlocks']} stderr blocks" for page, _, info in _each(visits, ("light",))
+                if info["stderrBlocks"] > 1]
+    assert not problems, "\n".join(problems)
+
+
+def test_figures_have_two_pixels_per_displayed_pixel(visits):
+    problems, figures = [], 0
+    for page, theme, info in _each(visits, themes=("light",)):
+        for image in info["images"]:
+            if not image["output"] or image["src"].endswith(".svg") or image["displayedWidth"] <= 0:
+                continue
+            figures += 1
+            density = image["naturalWidth"] / image["displayedWidth"]
+            if density < MIN_PIXEL_DENSITY - 0.01:
+                problems.append(f"{page}: {image['src']} has {density:.2f} image pixels per displayed pixel "
+                                f"({image['naturalWidth']} px shown at {image['displayedWidth']:.0f} px)")
+    assert figures, "no output figures found"
+    assert not problems, "\n".join(problems)
+
+
+def test_exercises_render_as_markdown(visits):
+    problems, exercises = [], 0
+    for page, theme, info in _each(visits, themes=THEMES):
+        for body in info["exerciseBodies"]:
+            exercises += 1
+            if "```" in body or ":::" in body:
+                problems.append(f"{page} [{theme}]: an exercise shows a literal fence: {body.strip()[:100]!r}")
+    assert exercises, "no exercises found"
+    assert not problems, "\n".join(problems)
+
+
+def test_every_page_has_a_favicon(visits):
+    base = visits[("__base__", "")]["base"]
+    problems = []
+    for page, theme, info in _each(visits, themes=("light",)):
+        if info.get("redirect"):
+            continue
+        icon = info["favicon"]
+        if not icon or not icon.startswith(base) or \
+                not (SITE / urllib.parse.unquote(urllib.parse.urlsplit(icon).path[1:])).is_file():
+            problems.append(f"{page}: favicon {icon!r} missing")
     assert not problems, "\n".join(problems)

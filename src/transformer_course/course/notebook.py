@@ -37,13 +37,16 @@ def best_device() -> torch.device:
 
 
 def enable_inline_figures() -> bool:
-    """In IPython/Jupyter, show returned ``Figure`` objects as PNG, and record who made each exhibit.
+    """In IPython/Jupyter, show returned ``Figure`` objects as 2x PNG, and record who made each exhibit.
 
     The package builds figures without pyplot, so a notebook only shows them as images once the
-    inline backend has registered its formatter (``%matplotlib inline``). Every output that shows
-    a stamped figure or table (see ``transformer_course._exhibit``) also gets the stamp in its
-    metadata, ``{"transformer_course": {"made_by": ...}}``, which ``course.provenance`` reads from
-    the stored notebook. Returns False outside IPython (nothing to do).
+    inline backend has registered its formatter (``%matplotlib inline``). The format is
+    ``retina``: a PNG at twice the figure's dpi, stored with its 1x width and height, so pages show
+    it at the intended size and sharp on HiDPI screens (a PNG, unlike an SVG, is not compared by
+    nbval, so stored outputs stay portable across CPUs). Every output that shows a stamped figure or
+    table (see ``transformer_course._exhibit``) also gets the stamp in its metadata,
+    ``{"transformer_course": {"made_by": ...}}``, which ``course.provenance`` reads from the stored
+    notebook. Returns False outside IPython (nothing to do).
     """
     try:
         from IPython import get_ipython
@@ -53,6 +56,9 @@ def enable_inline_figures() -> bool:
     if shell is None:
         return False
     shell.run_line_magic("matplotlib", "inline")
+    from matplotlib_inline.config import InlineBackend
+
+    InlineBackend.instance(parent=shell).figure_formats = {"retina"}
     formatter = shell.display_formatter
     if not getattr(formatter.format, "records_exhibits", False):
         original = formatter.format
