@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import jupytext
@@ -30,15 +29,7 @@ FIXTURE_MD = ROOT / "tests" / "fixtures" / "coursework" / "dl9001_coursework_fix
 FIXTURE = "dl9001_coursework_fixture"
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("coursework_tool", ROOT / "tools" / "coursework.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["coursework_tool"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = _load_tool()
+from coursework_tool_loader import tool  # noqa: E402  (tools/coursework.py, loaded once)
 
 
 # --- the fixture chapter and one shared release ------------------------------------------------

@@ -25,11 +25,9 @@ from __future__ import annotations
 import copy
 import csv
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -51,15 +49,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::sqlalchemy.e
                                  reason="bubblewrap is not installed (CI installs it: apt-get install bubblewrap)")]
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("coursework_tool", ROOT / "tools" / "coursework.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["coursework_tool"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = _load_tool()
+from coursework_tool_loader import tool  # noqa: E402  (tools/coursework.py, loaded once)
 
 
 @pytest.fixture(scope="module")
