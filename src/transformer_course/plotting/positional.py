@@ -196,7 +196,8 @@ def plot_length_generalization(table: pd.DataFrame, train_length: int, chance: f
         ax.text(lengths[-1], chance + 1.5, f"chance {chance:.1f} %", color="dimgrey", fontsize=9,
                 va="bottom", ha="right")
     ax.set_xticks(lengths)
-    ax.set_xticklabels([f"{int(t)}\n({t / train_length:g}L)" for t in lengths])
+    multiples = [t / train_length for t in lengths]
+    ax.set_xticklabels([f"{int(t)}\n({'' if m == 1 else f'{m:g}'}L)" for t, m in zip(lengths, multiples)])
     ax.set_ylim(0, 105)
     ax.set_xlabel("test length T (the last L positions are scored)")
     ax.set_ylabel("accuracy on the last L positions (%)")
