@@ -48,14 +48,16 @@ from .training import fit, model_device, seeded
 
 SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "none")
 IGNORE_INDEX = -100
+NUM_NOISE = 8  # noise token ids 0 .. 7
+NUM_VALUES = 8  # value token ids 8 .. 15; a blind guess among them is right 1 time in 8
 
 
 def make_last_value_batch(
     batch_size: int,
     length: int,
     generator: torch.Generator,
-    num_noise: int = 8,
-    num_values: int = 8,
+    num_noise: int = NUM_NOISE,
+    num_values: int = NUM_VALUES,
     value_rate: float = 0.2,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw a batch of the last-value task: target[t] = the most recent value token at a position <= t.
@@ -174,7 +176,7 @@ class LengthGeneralizationModel(nn.Module):
         TypeError, ValueError: for an unknown scheme or sizes out of range.
     """
 
-    def __init__(self, scheme: str, vocab_size: int = 16, d_model: int = 32, num_heads: int = 4,
+    def __init__(self, scheme: str, vocab_size: int = NUM_NOISE + NUM_VALUES, d_model: int = 32, num_heads: int = 4,
                  num_layers: int = 2, max_len: int = 64) -> None:
         super().__init__()
         self.scheme = check_choice("scheme", scheme, SCHEMES)
@@ -327,7 +329,7 @@ def length_generalization(schemes: Sequence[str] = SCHEMES, train_length: int = 
     table = pd.DataFrame.from_dict(rows, orient="index", columns=test_lengths)
     table.index.name = "scheme"
     table.columns.name = "test length"
-    table.attrs.update(train_length=train_length, chance=100 / 8)
+    table.attrs.update(train_length=train_length, chance=100 / NUM_VALUES)
     return table
 
 
