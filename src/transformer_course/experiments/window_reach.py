@@ -142,7 +142,8 @@ class WindowedReader(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         check_tensor("tokens", tokens, ndim=2)
         if tokens.is_floating_point() or tokens.shape[1] != self.seq_len:
-            raise ValueError(f"tokens must be (B, {self.seq_len}) integer ids, got {tokens.dtype} {tuple(tokens.shape)}")
+            raise ValueError(f"tokens must be (B, {self.seq_len}) integer ids, "
+                             f"got {tokens.dtype} {tuple(tokens.shape)}")
         positions = torch.arange(self.seq_len, device=tokens.device)  # (T,)
         x = self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, D)
         for layer in self.layers:
@@ -188,7 +189,8 @@ def reach_accuracy(model: WindowedReader, distance: int, num_examples: int = 512
     return float((predictions == answers).float().mean())
 
 
-REACH_CONFIGS = (("short window stack", 1, False), ("deeper window stack", 2, False), ("window + global query", 1, True))
+REACH_CONFIGS = (("short window stack", 1, False), ("deeper window stack", 2, False),
+                 ("window + global query", 1, True))  # (name, num_layers, global_query)
 
 
 @exhibit
