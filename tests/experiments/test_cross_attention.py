@@ -59,6 +59,18 @@ def test_antidiagonal_mass_is_one_on_the_mirror_and_one_over_s_when_uniform():
     assert antidiagonal_mass(stacked).shape == (2, 3)
 
 
+def test_a_width_counts_the_neighbours_of_the_mirrored_position():
+    s = 6
+    shifted = torch.zeros(1, 1, s, s)  # every query reads the source position next to its mirror
+    shifted[0, 0, torch.arange(1, s), s - torch.arange(1, s)] = 1.0  # t -> S - t, one right of S - 1 - t
+    shifted[0, 0, 0, 0] = 1.0  # t = 0 (mirror S - 1) reads the far end instead
+    assert antidiagonal_mass(shifted).item() == 0.0
+    assert antidiagonal_mass(shifted, width=1).item() == pytest.approx((s - 1) / s)
+    assert antidiagonal_mass(shifted, width=s).item() == pytest.approx(1.0)
+    uniform = torch.full((1, 1, s, s), 1 / s)
+    assert antidiagonal_mass(uniform, width=1).item() == pytest.approx((3 * s - 2) / s / s)  # two ends lose one
+
+
 def test_table_has_one_row_per_layer_and_the_mean_of_heads():
     s = 4
     w = torch.full((2, 1, 2, s, s), 1 / s)  # (N, B, H, T, S)
@@ -90,6 +102,8 @@ def test_a_model_trained_to_reverse_attends_along_the_antidiagonal():
     (lambda: antidiagonal_mass(torch.zeros(3, 3, 3)), ValueError, r"weights must have shape \(\.\.\., B, H, T, S\)"),
     (lambda: antidiagonal_mass(torch.zeros(1, 1, 3, 3, dtype=torch.long)), TypeError, "weights must be a floating"),
     (lambda: antidiagonal_table(torch.zeros(1, 1, 3, 3)), ValueError, "weights must have 5 dimensions"),
+    (lambda: antidiagonal_mass(torch.zeros(1, 1, 3, 3), width=-1), ValueError, "width must be >= 0"),
+    (lambda: antidiagonal_table(torch.zeros(1, 1, 1, 3, 3), width=0.5), TypeError, "width must be an int"),
 ])
 def test_bad_arguments(call, error, match):
     with pytest.raises(error, match=match):

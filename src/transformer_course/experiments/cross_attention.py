@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from transformer_course._exhibit import exhibit
-from transformer_course._validation import check_instance, check_tensor
+from transformer_course._validation import check_instance, check_int, check_tensor
 from transformer_course.nn.masks import validate_mask
 from transformer_course.nn.model import Transformer
 from .training import model_device
@@ -82,36 +82,43 @@ def cross_attention_weights(model: Transformer, src: torch.Tensor, tgt: torch.Te
     return torch.stack(recorded)  # (N, B, H, T, S)
 
 
-def antidiagonal_mass(weights: torch.Tensor) -> torch.Tensor:
-    """Mean mass on the anti-diagonal: mean over b and t < min(T, S) of weights[..., b, h, t, S - 1 - t].
+def antidiagonal_mass(weights: torch.Tensor, width: int = 0) -> torch.Tensor:
+    """Mean mass near the anti-diagonal: mean over b and t < min(T, S) of sum_{|s - (S-1-t)| <= width} weights[..., t, s].
 
     Args:
         weights: (..., B, H, T, S) attention probabilities, e.g. (N, B, H, T, S) from
             :func:`cross_attention_weights`. Queries t >= S (for reversal, the <eos> step) are
             left out.
+        width: how many neighbours on each side of the mirrored position S - 1 - t also count
+            (0 = the mirrored position alone).
 
     Returns:
-        (..., H) tensor of scores in [0, 1]: 1 when every query reads exactly its mirrored source
-        position, 1 / S on average for uniform attention.
+        (..., H) tensor of scores in [0, 1]: 1 when every query reads only its mirrored source
+        position (or its neighbours), about (2 width + 1) / S for uniform attention.
 
     Raises:
-        TypeError, ValueError: if ``weights`` is not a floating tensor with at least 4 dimensions.
+        TypeError, ValueError: if ``weights`` is not a floating tensor with at least 4 dimensions,
+            or ``width`` is not an int >= 0.
     """
     check_tensor("weights", weights, floating=True)
     if weights.ndim < 4:
         raise ValueError(f"weights must have shape (..., B, H, T, S), got {tuple(weights.shape)}")
+    width = check_int("width", width, minimum=0)
     t, s = weights.shape[-2:]
     queries = torch.arange(min(t, s), device=weights.device)  # (T',)
-    mirrored = weights[..., queries, s - 1 - queries]  # (..., B, H, T')
+    keys = torch.arange(s, device=weights.device)  # (S,)
+    near = (keys - (s - 1 - queries)[:, None]).abs() <= width  # (T', S)
+    mirrored = (weights[..., : len(queries), :] * near).sum(dim=-1)  # (..., B, H, T')
     return mirrored.mean(dim=-1).mean(dim=-2)  # (..., B, H) -> (..., H)
 
 
 @exhibit
-def antidiagonal_table(weights: torch.Tensor) -> pd.DataFrame:
+def antidiagonal_table(weights: torch.Tensor, width: int = 0) -> pd.DataFrame:
     """:func:`antidiagonal_mass` of each decoder layer and head, and the mean over the heads.
 
     Args:
         weights: (N, B, H, T, S) cross-attention probabilities from :func:`cross_attention_weights`.
+        width: neighbours of the mirrored position that also count (see :func:`antidiagonal_mass`).
 
     Returns:
         DataFrame with one row per decoder layer ("decoder layer 1", ...) and columns "head 1" ...
@@ -121,7 +128,7 @@ def antidiagonal_table(weights: torch.Tensor) -> pd.DataFrame:
         TypeError, ValueError: if ``weights`` is not a floating 5-D tensor.
     """
     check_tensor("weights", weights, ndim=5, floating=True)
-    scores = antidiagonal_mass(weights).double()  # (N, H)
+    scores = antidiagonal_mass(weights, width).double()  # (N, H)
     n, h = scores.shape
     table = pd.DataFrame(scores.cpu().numpy(), index=[f"decoder layer {i + 1}" for i in range(n)],
                          columns=[f"head {k + 1}" for k in range(h)])
