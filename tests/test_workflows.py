@@ -185,11 +185,19 @@ def test_deploy_publishes_what_the_readme_build_command_produces():
     assert "$(.ci/readme-command build)" in build["run"]
     assert 'bash -c "$command"' in build["run"]
     upload = _step(deploy, "build", "actions/upload-pages-artifact@")
-    assert upload["with"]["path"] == "_build/html"
+    site = _step(deploy, "build", "student site")
+    assert upload["with"]["path"] == "${{ steps.%s.outputs.path }}" % site["id"]
     assert upload["with"]["include-hidden-files"] is True
-    # Nothing between the build and the upload writes into the site.
+    # The full site is _build/html as the build made it; the student site is the README's command's output.
+    assert 'echo "path=_build/html" >> "$GITHUB_OUTPUT"' in site["run"]
+    student_command = "COURSE_EDITION=student jupyter-book build . --path-output _build/student"
+    assert student_command in (ROOT / "README.md").read_text() and student_command in site["run"]
+    assert 'echo "path=_build/student/_build/html" >> "$GITHUB_OUTPUT"' in site["run"]
+    assert site["env"]["EDITION"] == "${{ inputs.edition || vars.COURSE_EDITION || 'full' }}"
+    assert deploy[True]["workflow_dispatch"]["inputs"]["edition"]["options"] == ["full", "student"]
+    # Nothing else between the build and the upload writes into the site.
     between = steps[steps.index(build) + 1:steps.index(upload)]
-    assert not [step for step in between if "_build" in step.get("run", "")]
+    assert not [step for step in between if "_build" in step.get("run", "") and step is not site]
     assert deploy["jobs"]["deploy"]["needs"] == "build"
 
 
