@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -391,15 +392,42 @@ def run(quick: bool, device: torch.device) -> pd.DataFrame:
     return frame.sort_values(["benchmark", "heads", "dtype", "n", "implementation"], kind="stable")
 
 
-def _markdown_table(frame: pd.DataFrame) -> str:
-    def cell(value: object) -> str:
-        if isinstance(value, float):
-            return "" if pd.isna(value) else f"{value:.3g}"
-        return str(value)
-
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table: the first column left-aligned, the numbers right-aligned."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "".join("---|" if i == 0 else "--:|" for i in range(len(header)))]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def _captioned(caption: str, table: str) -> str:
+    """A MyST table directive: the table with a caption the site numbers and renders above it."""
+    return f":::{{table}} {caption}\n:align: left\n\n{table}\n:::"
+
+
+def _fixed(value: float, decimals: int, unit: str = "") -> str:
+    """``value`` with fixed decimals and a thousands separator (never scientific notation); '' for NaN."""
+    return "" if pd.isna(value) else f"{value:,.{decimals}f}{unit}"
+
+
+def _error_bound(value: float) -> str:
+    """The largest difference from the reference as an order-of-magnitude bound: '< 1e-6', or 'exact'."""
+    if pd.isna(value):
+        return ""
+    return "exact" if value == 0 else f"< 1e{math.floor(math.log10(value)) + 1}"
+
+
+def _by_case(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The rows of ``frame`` grouped by case, in the frame's order, each with its label."""
+    labels = [case_label(r) for r in frame.itertuples()]
+    return [(label, frame[[x == label for x in labels]]) for label in dict.fromkeys(labels)]
+
+
+def case_label(row) -> str:
+    """A short name of a benchmark case: what is computed, at which size, heads and dtype."""
+    heads = f"{row.heads} head{'s' if row.heads > 1 else ''}"
+    name = {"mha_forward_backward": "MHA fwd+bwd", "sliding_window": "sliding window",
+            "dilated_sliding_window": "dilated window", "dilated": "dilated"}.get(row.benchmark, row.benchmark)
+    return f"{name}, n = {row.n:,}, {heads}, {row.dtype}, {row.param}"
 
 
 def target_summary(frame: pd.DataFrame) -> list[str]:
@@ -448,21 +476,43 @@ def target_summary(frame: pd.DataFrame) -> list[str]:
 
 
 def write_markdown(frame: pd.DataFrame, machine: dict, path: Path) -> None:
-    """The results as a markdown fragment for the book's Performance page."""
-    columns = ["benchmark", "implementation", "n", "heads", "dtype", "param", "median_ms", "min_ms", "max_ms",
-               "rounds", "time_vs_dense", "time_vs_flex", "paired_vs_flex", "max_abs_error", "first_call_compile_s"]
-    timing = frame[frame.median_ms.notna()][columns]
-    memory = frame[frame.peak_memory_mb.notna()][["benchmark", "implementation", "n", "heads", "dtype", "param",
-                                                  "peak_memory_mb", "memory_vs_flex"]]
+    """The results as a markdown fragment for the book's Performance page: narrow tables, fixed decimals.
+
+    The machine, date and PyTorch version head the page once; each table has a caption saying what
+    its numbers are. Times are milliseconds with one decimal, ratios two decimals with a '×'.
+    """
+    timing = frame[frame.median_ms.notna()]
+    memory = frame[frame.peak_memory_mb.notna()]
+    rounds = sorted({int(r) for r in timing["rounds"].dropna()})
+    where = f"{machine['device']}, {machine['date']}"
     parts = [f"**Machine:** {machine['device']}; {machine['cpu_count']} CPU cores; torch {machine['torch']}; "
              f"Python {machine['python']}; run on {machine['date']}; load average at the start "
              f"{machine['load_average']}.", "",
-             "**Targets:**", ""] + [f"- {line}" for line in target_summary(frame)] + [
-             "", "**Times** (ms: median, fastest and slowest of `rounds` interleaved rounds; `time_vs_dense` "
-             "and `time_vs_flex` are ratios of medians, `paired_vs_flex` the median of the ratios within "
-             "each round; < 1 is faster):", "", _markdown_table(timing)]
+             "**Targets:**", ""] + [f"- {line}" for line in target_summary(frame)]
+    parts += ["", f"**Times in milliseconds**, one table per case: the median of {' or '.join(map(str, rounds))} "
+              "interleaved rounds, and the fastest and slowest round. *vs reference* divides by dense masked SDPA "
+              "(by `nn.MultiheadAttention` for MHA), *vs Flex* by compiled FlexAttention; below 1 is faster. "
+              "*error* bounds the largest difference from the reference's output."]
+    for label, group in _by_case(timing):
+        rows = [[r.implementation, _fixed(r.median_ms, 1), f"{_fixed(r.min_ms, 1)} to {_fixed(r.max_ms, 1)}",
+                 _fixed(r.time_vs_dense, 2, "×"), _fixed(r.time_vs_flex, 2, "×"), _error_bound(r.max_abs_error)]
+                for r in group.itertuples()]
+        parts += ["", _captioned(f"{label}: times (ms); {where}",
+                                 _markdown_table(["implementation", "median", "range", "vs reference", "vs Flex",
+                                                  "error"], rows))]
+    compiles = timing[timing.first_call_compile_s.notna()]
+    if len(compiles):
+        parts += ["", "Compiled FlexAttention's first call, which compiles it, is not in the tables: "
+                  + "; ".join(f"{_fixed(r.first_call_compile_s, 1)} s for {case_label(r)}" for r in compiles.itertuples())
+                  + "."]
     if len(memory):
-        parts += ["", "**Peak memory of one call** (MiB):", "", _markdown_table(memory)]
+        parts += ["", "**Peak memory of one call, in MiB**, one table per case; *vs Flex* divides by compiled "
+                  "FlexAttention's."]
+        for label, group in _by_case(memory):
+            rows = [[r.implementation, _fixed(r.peak_memory_mb, 1), _fixed(r.memory_vs_flex, 2, "×")]
+                    for r in group.itertuples()]
+            parts += ["", _captioned(f"{label}: peak memory (MiB); {where}",
+                                     _markdown_table(["implementation", "peak", "vs Flex"], rows))]
     path.write_text("\n".join(parts) + "\n")
 
 
@@ -471,7 +521,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, no compilation (for the tests)")
     parser.add_argument("--out", type=Path, default=None, help="CSV path (default benchmarks/results/<device>.csv)")
     parser.add_argument("--memory-worker", nargs=2, metavar=("CASE", "IMPL"), help=argparse.SUPPRESS)
+    parser.add_argument("--markdown-only", action="store_true",
+                        help="re-render the .md page from the recorded .csv and .json at --out, without running")
     args = parser.parse_args(argv)
+    if args.markdown_only:
+        out = args.out or RESULTS / "cpu.csv"
+        write_markdown(pd.read_csv(out), json.loads(out.with_suffix(".json").read_text()), out.with_suffix(".md"))
+        return 0
     if args.memory_worker:
         case, implementation = args.memory_worker
         _peak_memory_worker(Case(**json.loads(case)), implementation)

@@ -1,6 +1,8 @@
 """The benchmark script runs (quick mode) and its implementations agree; timings are never asserted."""
 
 import importlib.util
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -14,6 +16,9 @@ benchmarks_run = importlib.util.module_from_spec(spec)
 sys.modules["benchmarks_run"] = benchmarks_run  # its dataclass looks its module up while being defined
 spec.loader.exec_module(benchmarks_run)
 Case = benchmarks_run.Case
+timing_spec = importlib.util.spec_from_file_location("course_timing", ROOT / "benchmarks" / "course_timing.py")
+course_timing = importlib.util.module_from_spec(timing_spec)
+timing_spec.loader.exec_module(course_timing)
 
 
 def test_quick_benchmark_produces_a_correct_table(tmp_path):
@@ -32,6 +37,33 @@ def test_quick_benchmark_produces_a_correct_table(tmp_path):
     assert out.with_suffix(".json").exists()
     page = out.with_suffix(".md").read_text()
     assert "**Machine:**" in page and "torch " in page and "**Targets:**" in page
+    assert_readable_tables(page, json.loads(out.with_suffix(".json").read_text()))
+
+
+def assert_readable_tables(page: str, machine: dict) -> None:
+    """Narrow tables with captions naming the machine and date; fixed decimals, never 1.5e+03."""
+    assert not re.search(r"\d(\.\d+)?e[+-]\d", page.replace("< 1e", "")), "scientific notation in the page"
+    captions = re.findall(r"^:::\{table\} (.*)$", page, flags=re.M)
+    assert captions and all(machine["device"] in c and machine["date"] in c for c in captions), captions
+    headers = [line for line in page.splitlines() if line.startswith("| implementation")]
+    assert len(headers) == len(captions) and all(line.count("|") - 1 <= 6 for line in headers), headers
+
+
+def test_readable_tables_check_can_fail():
+    machine = {"device": "CPU", "date": "2026-12-01"}
+    with pytest.raises(AssertionError, match="scientific"):
+        assert_readable_tables(":::{table} CPU 2026-12-01\n| implementation | ms |\n| x | 1.54e+03 |", machine)
+
+
+def test_course_timing_page_collapses_the_slowest_cells(tmp_path):
+    frame = pd.DataFrame([{"chapter": "dl0027_x", "seconds": 8.83, "budget_s": 60, "within_budget": True,
+                           "slowest_cells": json.dumps([{"cell": 28, "seconds": 2.4, "code": "start = `x`"}])}])
+    course_timing.write_markdown(frame, tmp_path / "t.md")
+    page = (tmp_path / "t.md").read_text()
+    table, _, rest = page.partition(":::{dropdown}")
+    assert "| dl0027_x | 8.8 | 60 |" in table and "`" not in table  # code only inside the collapsed block
+    assert "cell 28, 2.4 s: `start = 'x'`" in rest and rest.rstrip().endswith(":::")
+    assert "The ten chapters: 8.8 s (budget 200 s)" in page
 
 
 def test_full_run_cases_cover_what_readers_run():

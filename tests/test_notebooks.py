@@ -7,6 +7,8 @@ stored output, and it does not know about the jupytext twin, the table of conten
 
 from __future__ import annotations
 
+import base64
+import io
 import re
 from pathlib import Path
 
@@ -14,6 +16,9 @@ import jupytext
 import nbformat
 import pytest
 import yaml
+from PIL import Image
+
+from transformer_course.course.notebook import TEXT_SIZE_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
@@ -121,6 +126,38 @@ def test_every_figure_has_a_caption_and_alt_text(path):
         assert len(alt) >= 20, f"figure without a descriptive alt text: {cell.source[:60]!r}"
         assert re.match(r"Figure \d+[a-z]?:", caption), f"caption must start 'Figure N:': {caption[:60]!r}"
         assert len(images) == 1, f"a cell shows {len(images)} figures; show one per cell"
+
+
+# The width of the book's content column at a desktop width (sphinx-book-theme, 1280 px window): a
+# figure wider than this is scaled down to it, and its text with it.
+COLUMN_PX = 776
+MIN_TEXT_PX = 9
+
+
+def displayed_text_px(output: dict) -> tuple[float, float]:
+    """(smallest text height, displayed width) of a stored PNG figure where the page shows it, in CSS px.
+
+    The PNG records the height of its smallest text in image pixels (``course.notebook.retina_png``);
+    the page shows the image at its stored 1x width, or at the column's width if that is narrower.
+    """
+    image = Image.open(io.BytesIO(base64.b64decode(output["data"]["image/png"])))
+    assert TEXT_SIZE_KEY in image.info, "a figure PNG without its text-size record: not shown by setup_notebook's formatter"
+    width = output.get("metadata", {}).get("image/png", {}).get("width", image.width)
+    shown = min(COLUMN_PX, width)
+    return float(image.info[TEXT_SIZE_KEY]) * shown / image.width, shown
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_figure_text_is_at_least_9_px_where_the_page_shows_it(path):
+    problems = []
+    for cell in _code_cells(nbformat.read(path, as_version=4)):
+        for output in cell.outputs:
+            if "image/png" in output.get("data", {}):
+                text_px, shown = displayed_text_px(output)
+                if text_px < MIN_TEXT_PX:
+                    problems.append(f"{cell.source.splitlines()[-1][:50]!r}: smallest text {text_px:.1f} px "
+                                    f"at {shown} px wide")
+    assert not problems, "\n".join(problems)
 
 
 IGNORE_REASON = "# nbval ignores this output:"

@@ -19,7 +19,8 @@ blocked and recorded. The checks:
 * pages read well: every page, at a phone's 390 px and a desktop's 1280 px, in both themes, is
   no wider than the window (long code wraps, wide tables and formulas scroll in their own box); no
   page shows more than one stderr block; every figure of a notebook output has at least 2 image
-  pixels per displayed pixel (sharp on HiDPI screens); a box that scrolls sideways fades its
+  pixels per displayed pixel (sharp on HiDPI screens) and shows its smallest text (which the PNG
+  records) at least 9 px tall; a box that scrolls sideways fades its
   hidden edge (``_static/course.js``); no exercise shows a literal code fence
   (its body is Markdown); every page has a favicon.
 
@@ -47,6 +48,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from PIL import Image
+
+from transformer_course.course.notebook import TEXT_SIZE_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = Path(os.environ.get("COURSE_SITE_HTML", ROOT / "_build" / "html")).resolve()
@@ -60,6 +64,7 @@ THEMES = ("light", "dark")
 PHONE = 390  # px: the narrowest window every page must fit (an iPhone 12-15 in portrait)
 PHONE_THEMES = tuple(f"{theme}@{PHONE}" for theme in THEMES)
 MIN_PIXEL_DENSITY = 2.0  # image pixels per displayed CSS pixel of every output figure
+MIN_TEXT_PX = 9  # the smallest text of a figure, in CSS pixels where the desktop page shows it
 
 # Console errors that are not the course's and that we cannot fix from the book's configuration.
 ALLOWED_CONSOLE_ERRORS = [
@@ -472,7 +477,8 @@ def test_no_page_shows_more_than_one_stderr_block(visits):
     assert not problems, "\n".join(problems)
 
 
-def test_figures_have_two_pixels_per_displayed_pixel(visits):
+def test_figures_are_sharp_and_their_text_is_at_least_9_px(visits):
+    """At least 2 image pixels per displayed pixel, and the smallest text (recorded in the PNG) >= 9 px shown."""
     problems, figures = [], 0
     for page, theme, info in _each(visits, themes=("light",)):
         for image in info["images"]:
@@ -483,6 +489,14 @@ def test_figures_have_two_pixels_per_displayed_pixel(visits):
             if density < MIN_PIXEL_DENSITY - 0.01:
                 problems.append(f"{page}: {image['src']} has {density:.2f} image pixels per displayed pixel "
                                 f"({image['naturalWidth']} px shown at {image['displayedWidth']:.0f} px)")
+            png = Image.open((SITE / page).parent / urllib.parse.unquote(image["src"].split("?")[0]))
+            if TEXT_SIZE_KEY not in png.info:
+                problems.append(f"{page}: {image['src']} does not record its smallest text ({TEXT_SIZE_KEY})")
+                continue
+            text_px = float(png.info[TEXT_SIZE_KEY]) / density
+            if text_px < MIN_TEXT_PX:
+                problems.append(f"{page}: {image['src']} shows its smallest text at {text_px:.1f} px "
+                                f"(at least {MIN_TEXT_PX} px expected)")
     assert figures, "no output figures found"
     assert not problems, "\n".join(problems)
 

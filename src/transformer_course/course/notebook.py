@@ -5,18 +5,37 @@ from __future__ import annotations
 import inspect
 import platform
 import random
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 
 from transformer_course import __version__
 from transformer_course._exhibit import exhibit, made_by
 from transformer_course._validation import check_int
-from transformer_course.plotting.style import use_course_style
+from transformer_course.plotting.style import smallest_text_points, use_course_style
 
 PROVENANCE_KEY = "transformer_course"  # the key of the output metadata that names an exhibit's maker
+# The PNG text chunk that records the height, in image pixels, of a figure's smallest text, so a test
+# can compute how tall that text is where the page shows the image (its displayed/natural width ratio).
+TEXT_SIZE_KEY = "smallest-text-px"
+
+
+def retina_png(fig: Any, **print_figure_kwargs: Any) -> tuple[str, dict] | None:
+    """A figure as a base64 PNG at twice its dpi (IPython's ``retina`` format) that records its smallest text.
+
+    The PNG carries a text chunk ``smallest-text-px``: the height in image pixels of the figure's
+    smallest text (its font size in points x 2 dpi / 72). Returns IPython's (data, metadata) pair,
+    with the 1x width and height in the metadata, or None for an empty figure.
+    """
+    from IPython.core.pylabtools import retina_figure
+
+    text_px = smallest_text_points(fig) * 2 * fig.dpi / 72
+    metadata = {**print_figure_kwargs.pop("metadata", {}), TEXT_SIZE_KEY: f"{text_px:.1f}"}
+    return retina_figure(fig, base64=True, metadata=metadata, **print_figure_kwargs)
 
 
 def seed_everything(seed: int = 0) -> None:
@@ -41,8 +60,8 @@ def enable_inline_figures() -> bool:
 
     The package builds figures without pyplot, so a notebook only shows them as images once the
     inline backend has registered its formatter (``%matplotlib inline``). The format is
-    ``retina``: a PNG at twice the figure's dpi, stored with its 1x width and height, so pages show
-    it at the intended size and sharp on HiDPI screens (a PNG, unlike an SVG, is not compared by
+    ``retina`` (``retina_png``): a PNG at twice the figure's dpi, stored with its 1x width and height,
+    and the size of its smallest text, so pages show it at the intended size and sharp on HiDPI screens (a PNG, unlike an SVG, is not compared by
     nbval, so stored outputs stay portable across CPUs). Every output that shows a stamped figure or
     table (see ``transformer_course._exhibit``) also gets the stamp in its metadata,
     ``{"transformer_course": {"made_by": ...}}``, which ``course.provenance`` reads from the stored
@@ -58,8 +77,10 @@ def enable_inline_figures() -> bool:
     shell.run_line_magic("matplotlib", "inline")
     from matplotlib_inline.config import InlineBackend
 
-    InlineBackend.instance(parent=shell).figure_formats = {"retina"}
+    backend = InlineBackend.instance(parent=shell)
+    backend.figure_formats = {"retina"}
     formatter = shell.display_formatter
+    formatter.formatters["image/png"].for_type(Figure, partial(retina_png, **backend.print_figure_kwargs))
     if not getattr(formatter.format, "records_exhibits", False):
         original = formatter.format
 

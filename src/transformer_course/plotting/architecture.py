@@ -264,7 +264,7 @@ def _mask_panel(ax: Axes, mask: torch.Tensor, row_label: str, column_label: str,
                     color="white" if values[i, j] else "black")
     ax.set_xticks(range(s))
     ax.set_yticks(range(t))
-    ax.tick_params(labelsize=7, length=0)
+    ax.tick_params(labelsize=8, length=0)
     ax.set_xlabel(column_label, fontsize=8)
     ax.set_ylabel(row_label, fontsize=8)
     ax.set_title(title, fontsize=9)
@@ -295,7 +295,7 @@ def plot_attention_sources(encoder_mask: torch.Tensor, decoder_mask: torch.Tenso
     if encoder_mask.shape != (s, s) or decoder_mask.shape != (t, t) or cross_mask.shape != (t, s):
         raise ValueError(f"expected encoder_mask (S, S), decoder_mask (T, T), cross_mask (T, S); got "
                          f"{tuple(encoder_mask.shape)}, {tuple(decoder_mask.shape)}, {tuple(cross_mask.shape)}")
-    figure = new_figure(10.0, 6.6)
+    figure = new_figure(9.2, 6.6)
     grid = figure.add_gridspec(2, 3, height_ratios=[1.0, 1.25])
     panels = [
         # Q, K, V come from the stack's current state: the embedded input only in layer 1.
@@ -313,7 +313,7 @@ def plot_attention_sources(encoder_mask: torch.Tensor, decoder_mask: torch.Tenso
         ax = figure.add_subplot(grid[0, column])
         blank_axes(ax, (0, 6), (0, 4.2))
         ax.set_title(title, fontsize=10)
-        draw_box(ax, 1.5, 3.0, 3.0, 0.7, "softmax(QKᵀ/√d_k + M) V", color=PALETTE["attention"], fontsize=8)
+        draw_box(ax, 0.8, 3.0, 4.4, 0.7, "softmax(QKᵀ/√d_k + M) V", color=PALETTE["attention"], fontsize=8)
         for x, role, source, colour in ((0.3, "Q", q_src, q_col), (2.3, "K", k_src, kv_col),
                                         (4.3, "V", v_src, kv_col)):
             draw_box(ax, x, 0.2, 1.4, 0.9, source, color=colour, fontsize=8)

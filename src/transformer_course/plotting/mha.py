@@ -82,27 +82,27 @@ def plot_mha_pipeline(module: MultiHeadAttention, max_heads_drawn: int = 4) -> F
                  f"num_heads={h})", fontsize=11)
     mid = (height - 0.6) / 2
     box_h = 1.0
-    draw_box(ax, 0.0, mid - box_h / 2, 1.7, box_h, labels["input"], color=PALETTE["embedding"])
-    draw_box(ax, 2.2, mid - box_h / 2, 2.3, box_h, labels["projections"], color=PALETTE["projection"])
+    draw_box(ax, 0.0, mid - box_h / 2, 1.7, box_h, labels["input"], color=PALETTE["embedding"], fontsize=9.5)
+    draw_box(ax, 2.2, mid - box_h / 2, 2.3, box_h, labels["projections"], color=PALETTE["projection"], fontsize=9.5)
     ax.texts[-1].set_color("white")
     draw_arrow(ax, (1.75, mid), (2.15, mid))
     heads_mid = (height - 0.6) / 2
     ys = [heads_mid + ((rows - 1) / 2 - k) * spacing for k in range(rows)]
-    ax.text(5.4, height - 0.05, labels["split"], ha="center", va="top", fontsize=9)
+    ax.text(5.4, height - 0.05, labels["split"], ha="center", va="top", fontsize=10)
     head_x, head_w = 6.3, 4.2
     for y, i in zip(ys, drawn):
         if i is None:
             ax.text(head_x + head_w / 2, y, "⋮", ha="center", va="center", fontsize=16)
             continue
         draw_box(ax, head_x, y - 0.33, head_w, 0.66, labels["head"].replace("{i}", str(i)), color=PALETTE["attention"],
-                 fontsize=8.5)
+                 fontsize=9.5)
         draw_arrow(ax, (4.55, mid), (head_x - 0.05, y), connectionstyle="arc3,rad=0.0")
         draw_arrow(ax, (head_x + head_w + 0.05, y), (11.25, mid), connectionstyle="arc3,rad=0.0")
-    draw_box(ax, 11.3, mid - box_h / 2, 1.5, box_h, labels["concat"], color=PALETTE["neutral"])
-    draw_box(ax, 13.2, mid - box_h / 2, 1.2, box_h, labels["output_projection"], color=PALETTE["projection"])
+    draw_box(ax, 11.3, mid - box_h / 2, 1.5, box_h, labels["concat"], color=PALETTE["neutral"], fontsize=9.5)
+    draw_box(ax, 13.2, mid - box_h / 2, 1.2, box_h, labels["output_projection"], color=PALETTE["projection"], fontsize=9.5)
     ax.texts[-1].set_color("white")
     draw_arrow(ax, (12.85, mid), (13.15, mid))
-    draw_box(ax, 14.8, mid - box_h / 2, 1.55, box_h, labels["output"], color=PALETTE["output"])
+    draw_box(ax, 14.8, mid - box_h / 2, 1.55, box_h, labels["output"], color=PALETTE["output"], fontsize=9.5)
     draw_arrow(ax, (14.45, mid), (14.75, mid))
     return fig
 
@@ -133,15 +133,15 @@ def plot_head_maps(weights: torch.Tensor, tokens: Sequence[str], titles: Sequenc
     if len(titles) != h:
         raise ValueError(f"titles must have H={h} entries, got {len(titles)}")
     data = weights.detach().double().cpu().numpy()
-    fig = new_figure(3.0 * h + 0.8, 3.6)
+    fig = new_figure(2.4 * h + 0.8, 3.2)
     axes = fig.subplots(1, h, squeeze=False)[0]
     ticks = np.arange(t)
     image = None
     for k, ax in enumerate(axes):
         image = ax.imshow(data[k], vmin=0.0, vmax=1.0, cmap="viridis")
         ax.set_title(titles[k], fontsize=10)
-        ax.set_xticks(ticks, tokens, fontsize=8)
-        ax.set_yticks(ticks, tokens if k == 0 else [], fontsize=8)
+        ax.set_xticks(ticks, tokens, fontsize=9)
+        ax.set_yticks(ticks, tokens if k == 0 else [], fontsize=9)
         ax.set_xlabel("key")
         if k == 0:
             ax.set_ylabel("query")

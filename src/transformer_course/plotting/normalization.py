@@ -29,23 +29,23 @@ _POST, _PRE = PALETTE["output"], PALETTE["projection"]
 def _heatmap_with_margins(ax: Axes, values: np.ndarray, title: str, vmax: float) -> None:
     n, d = values.shape
     ax.imshow(values, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="equal")
-    ax.set_title(title, fontsize=10, pad=14)
-    ax.set_xticks(range(d), [str(j + 1) for j in range(d)], fontsize=7)
-    ax.set_yticks(range(n), [f"token {i + 1}" for i in range(n)], fontsize=7)
-    ax.set_xlabel("feature j", fontsize=8)
+    ax.set_title(title, fontsize=10, pad=16)
+    ax.set_xticks(range(d), [str(j + 1) for j in range(d)], fontsize=9)
+    ax.set_yticks(range(n), [f"token {i + 1}" for i in range(n)], fontsize=9)
+    ax.set_xlabel("feature j", fontsize=9)
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
     # rounding, then adding 0.0, prints a tiny negative mean as 0.00 rather than -0.00
     rows_mean, rows_std = values.mean(axis=1).round(2) + 0.0, values.std(axis=1)
     cols_mean, cols_std = values.mean(axis=0).round(1) + 0.0, values.std(axis=0)
-    ax.text(d - 0.3, -0.75, "row μ   σ", fontsize=7, ha="left", va="center", clip_on=False)
+    ax.text(d - 0.3, -0.75, "row μ   σ", fontsize=9, ha="left", va="center", clip_on=False)
     for i in range(n):
-        ax.text(d - 0.3, i, f"{rows_mean[i]:+.2f} {rows_std[i]:.2f}", fontsize=7, ha="left", va="center",
+        ax.text(d - 0.3, i, f"{rows_mean[i]:+.2f} {rows_std[i]:.2f}", fontsize=9, ha="left", va="center",
                 family="monospace", clip_on=False)
-    ax.text(-0.6, n + 0.95, "col μ\ncol σ", fontsize=7, ha="right", va="center", clip_on=False)
+    ax.text(-0.6, n + 0.95, "col μ\ncol σ", fontsize=9, ha="right", va="center", clip_on=False)
     for j in range(d):
-        ax.text(j, n + 0.95, f"{cols_mean[j]:+.1f}\n{cols_std[j]:.1f}", fontsize=6.5, ha="center", va="center",
+        ax.text(j, n + 0.95, f"{cols_mean[j]:+.1f}\n{cols_std[j]:.1f}", fontsize=9, ha="center", va="center",
                 family="monospace", clip_on=False)
 
 
@@ -63,7 +63,7 @@ def plot_norm_axes(x: torch.Tensor, eps: float = 1e-5) -> Figure:
         eps: the epsilon of both normalizations.
 
     Returns:
-        A figure with three heatmaps sharing one diverging colour scale.
+        A figure with three heatmaps (two a row) sharing one diverging colour scale.
 
     Raises:
         TypeError: if ``x`` is not a floating tensor.
@@ -80,10 +80,12 @@ def plot_norm_axes(x: torch.Tensor, eps: float = 1e-5) -> Figure:
               (batch_normed, "BatchNorm: every column (feature) → μ 0, σ 1")]
     vmax = float(max(p.abs().max() for p, _ in panels))
     n, d = x.shape
-    figure = new_figure(12.0, 0.36 * n + 1.5)
-    axes = figure.subplots(1, 3)
+    # Two panels a row, so each column keeps room for its margin numbers at a readable size.
+    figure = new_figure(10.0, 2 * (0.36 * n + 1.6))
+    axes = figure.subplots(2, 2).ravel()
     for ax, (values, title) in zip(axes, panels):
         _heatmap_with_margins(ax, values.numpy(), title, vmax)
+    axes[3].set_axis_off()
     axes[1].add_patch(Rectangle((-0.5, -0.5), d, 1, fill=False, edgecolor="black", linewidth=2.0))
     axes[2].add_patch(Rectangle((-0.5, -0.5), 1, n, fill=False, edgecolor="black", linewidth=2.0))
     return figure

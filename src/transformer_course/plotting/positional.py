@@ -145,6 +145,6 @@ def plot_alibi_bias(bias: torch.Tensor, slopes: torch.Tensor | None = None, caus
             ax.set_ylabel("query i")
         ax.set_xticks(range(t))
         ax.set_yticks(range(t))
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=9)
     fig.colorbar(image, ax=list(axes), label="bias  -m (i - j)", shrink=0.9)
     return fig

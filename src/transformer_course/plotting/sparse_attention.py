@@ -108,10 +108,10 @@ def plot_attention_cost(counts: pd.DataFrame, measured: pd.DataFrame | None = No
     if highlight is not None:
         dense, sparse = counts.loc[highlight, "dense"], counts.loc[highlight, "sparse"]
         ax.annotate(f"{dense:,.0f}", (highlight, dense), textcoords="offset points", xytext=(-8, 6),
-                    ha="right", fontsize=8, color=_DENSE)
+                    ha="right", fontsize=9.5, color=_DENSE)
         ax.annotate(f"{sparse:,.0f}\n({dense / sparse:.0f}x fewer)", (highlight, sparse), textcoords="offset points",
-                    xytext=(6, -26), ha="left", fontsize=8, color=_SPARSE)
-    ax.legend(loc="upper left", fontsize=8)
+                    xytext=(6, -26), ha="left", fontsize=9.5, color=_SPARSE)
+    ax.legend(loc="upper left", fontsize=9.5)
     if measured is not None:
         tm = measured.index.to_numpy()
         for ax, column, label in ((axes[1], "ms", "time per call (ms)"), (axes[2], "MiB", "peak memory (MiB)")):
@@ -120,7 +120,7 @@ def plot_attention_cost(counts: pd.DataFrame, measured: pd.DataFrame | None = No
             ax.set_xscale("log", base=2)
             ax.set_xlabel("sequence length T")
             ax.set_ylabel(label)
-            ax.legend(loc="upper left", fontsize=8)
+            ax.legend(loc="upper left", fontsize=9.5)
         axes[1].set_title("time (measured)")
         axes[2].set_title("memory (measured)")
     return fig
@@ -149,9 +149,9 @@ def plot_receptive_field(layers: Sequence[int], measured: Mapping[str, Sequence[
         ax.plot(layers, values, "--", color=color, label=label)
     if length is not None:
         ax.axhline(length, color="#777777", linewidth=1, linestyle=":")
-        ax.text(layers[0], length, f" sequence length T = {length}", va="bottom", fontsize=8, color="#555555")
+        ax.text(layers[0], length, f" sequence length T = {length}", va="bottom", fontsize=9.5, color="#555555")
     ax.set_xlabel("stacked layers L")
     ax.set_ylabel("receptive field (positions)")
     ax.set_xticks(list(layers))
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=9.5, loc="upper left")
     return fig

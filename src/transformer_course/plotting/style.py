@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import matplotlib as mpl
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 COURSE_STYLE = {
     # An opaque white background keeps dark text readable when the site is in dark mode.
@@ -44,3 +45,34 @@ def use_course_style() -> None:
 def new_figure(width: float = 6.4, height: float = 4.0) -> Figure:
     """A new figure outside pyplot: it is displayed only when a notebook returns it."""
     return Figure(figsize=(width, height), layout="constrained")
+
+
+def smallest_text_points(fig: Figure) -> float:
+    """The font size, in points, of the smallest visible non-empty text of ``fig`` (tick labels included).
+
+    The figure is laid out first (``draw_without_rendering``), so tick labels exist. A text of
+    ``s`` points is ``s * dpi / 72`` pixels tall in an image saved at ``dpi``. Returns ``inf``
+    for a figure without text.
+
+    Raises:
+        TypeError: if ``fig`` is not a matplotlib ``Figure``.
+    """
+    if not isinstance(fig, Figure):
+        raise TypeError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
+    fig.draw_without_rendering()
+    sizes = [text.get_fontsize() for text in fig.findobj(Text)
+             if text.get_visible() and text.get_text().strip() and _drawn(text)]
+    return min(sizes, default=float("inf"))
+
+
+def _drawn(text: Text) -> bool:
+    """Whether a text is drawn: tick labels outside their axis' view interval are laid out but not drawn."""
+    axes = text.axes
+    if axes is None:
+        return True
+    for axis in (axes.xaxis, axes.yaxis):
+        for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+            if text in (tick.label1, tick.label2):
+                low, high = sorted(axis.get_view_interval())
+                return tick.get_visible() and low - 1e-9 * (abs(low) + 1) <= tick.get_loc() <= high + 1e-9 * (abs(high) + 1)
+    return True
