@@ -73,3 +73,21 @@ def test_relation_scores_figure():
     assert "0.90" in _texts(fig)
     with pytest.raises(TypeError, match="scores"):
         plot_relation_scores([[1.0]])
+
+
+def test_accuracy_by_heads_draws_one_line_per_relation_with_head_widths():
+    import pandas as pd
+
+    from transformer_course.plotting.mha import plot_accuracy_by_heads
+
+    table = pd.DataFrame({"d_head": [32, 16, 8], "parameters": [10, 10, 10], "previous": [0.5, 0.9, 1.0],
+                          "first": [0.6, 1.0, 1.0]}, index=pd.Index([1, 2, 4], name="heads h"))
+    fig = plot_accuracy_by_heads(table)
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.lines] == ["previous", "first"]
+    assert list(ax.lines[0].get_ydata()) == [50.0, 90.0, 100.0]
+    assert [t.get_text() for t in ax.get_xticklabels()][0] == "1\n($d_k$=32)"
+    with pytest.raises(ValueError, match="relations must name columns"):
+        plot_accuracy_by_heads(table, relations=["marker"])
+    with pytest.raises(TypeError, match="table must be"):
+        plot_accuracy_by_heads([1, 2])

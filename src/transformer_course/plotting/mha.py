@@ -4,6 +4,8 @@
   ``MultiHeadAttention``; every number on it (H, D, Dh, the weight shapes) comes from the module.
 * :func:`plot_head_maps` shows the attention weights (H, T, S) of one input, one panel per head.
 * :func:`plot_relation_scores` shows a heads x relations score table as an annotated heatmap.
+* :func:`plot_accuracy_by_heads` shows accuracy per relation against the number of heads at a
+  fixed width (the table of ``experiments.head_count.head_count_table``).
 """
 
 from __future__ import annotations
@@ -171,4 +173,53 @@ def plot_relation_scores(scores: pd.DataFrame) -> Figure:
     for (r, c), v in np.ndenumerate(values):
         ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=9, color="black" if v > 0.5 else "white")
     fig.colorbar(image, ax=ax, label="mean attention mass")
+    return fig
+
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_LINESTYLES = ("-", "--", ":", "-.")
+
+
+@exhibit
+def plot_accuracy_by_heads(table: pd.DataFrame, relations: Sequence[str] | None = None) -> Figure:
+    """Accuracy (%) of each relation against the number of heads h, at a fixed model width.
+
+    Args:
+        table: DataFrame indexed by head count h (ints) with one accuracy column (a fraction in
+            [0, 1]) per relation, e.g. from ``experiments.head_count.head_count_table`` (its
+            "d_head" column labels the x ticks when present).
+        relations: the columns to draw (default: every column except "d_head" and "parameters").
+
+    Returns:
+        A ``Figure`` with one axes: one line with markers per relation, h on a log-2 axis.
+
+    Raises:
+        TypeError, ValueError: if ``table`` is not a DataFrame, is empty, or lacks a relation column.
+    """
+    check_instance("table", table, pd.DataFrame, "pandas.DataFrame")
+    if table.empty:
+        raise ValueError("table must hold at least one row, got an empty DataFrame")
+    if relations is None:
+        relations = [c for c in table.columns if c not in ("d_head", "parameters")]
+    relations = list(relations)
+    missing = [r for r in relations if r not in table.columns]
+    if not relations or missing:
+        raise ValueError(f"relations must name columns of table {list(table.columns)}, got {relations}")
+    heads = [int(h) for h in table.index]
+    colours = [PALETTE[k] for k in ("projection", "output", "norm", "attention", "recurrent", "ffn")]
+    fig = new_figure(6.4, 3.6)
+    ax = fig.add_subplot()
+    for k, relation in enumerate(relations):
+        # line styles and shrinking markers keep lines that coincide (all at 100%) visible
+        ax.plot(heads, 100 * table[relation].to_numpy(dtype=float), marker=_MARKERS[k % len(_MARKERS)],
+                linestyle=_LINESTYLES[k % len(_LINESTYLES)], color=colours[k % len(colours)], linewidth=1.8,
+                markersize=max(4.0, 10.0 - 2.0 * k), label=relation)
+    ax.set_xscale("log", base=2)
+    labels = ([f"{h}\n($d_k$={int(d)})" for h, d in zip(heads, table["d_head"])] if "d_head" in table.columns
+              else [str(h) for h in heads])
+    ax.set_xticks(heads, labels)
+    ax.minorticks_off()
+    ax.set_xlabel("heads h at a fixed $d_{model}$")
+    ax.set_ylabel("test accuracy (%)")
+    ax.legend(title="relation", frameon=False, loc="lower right")
     return fig

@@ -1,4 +1,4 @@
-"""Figures of positional information: the sinusoidal matrix, its waves, similarities, ALiBi biases.
+"""Figures of positional information: the sinusoidal matrix, its waves, similarities, ALiBi biases, length tests.
 
 Every function takes data (tensors made by ``transformer_course.nn.positional``) and returns a
 ``Figure`` built with ``new_figure``; nothing is shown and no global state changes.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
@@ -147,4 +148,59 @@ def plot_alibi_bias(bias: torch.Tensor, slopes: torch.Tensor | None = None, caus
         ax.set_yticks(range(t))
         ax.tick_params(labelsize=9)
     fig.colorbar(image, ax=list(axes), label="bias  -m (i - j)", shrink=0.9)
+    return fig
+
+
+SCHEME_STYLES = {  # colour, marker and line style per position scheme (colour-blind safe, distinct in grey)
+    "sinusoidal": (PALETTE["projection"], "o", "-"),
+    "learned": (PALETTE["output"], "s", "--"),
+    "rope": (PALETTE["attention"], "^", "-."),
+    "alibi": (PALETTE["norm"], "D", "-"),
+    "none": (PALETTE["recurrent"], "v", ":"),
+}
+
+
+@exhibit
+def plot_length_generalization(table: pd.DataFrame, train_length: int, chance: float | None = None) -> Figure:
+    """Accuracy against test length, one line per position scheme, with the training length marked.
+
+    Args:
+        table: one row per scheme (index), one column per test length, accuracy in percent, e.g.
+            ``experiments.length_generalization.length_generalization()``.
+        train_length: L, drawn as a vertical line.
+        chance: optional chance accuracy in percent, drawn as a horizontal line.
+
+    Returns:
+        The figure (one axes).
+
+    Raises:
+        TypeError, ValueError: if ``table`` is not a non-empty DataFrame with numeric column labels,
+            or ``train_length`` is not a positive int.
+    """
+    if not isinstance(table, pd.DataFrame) or table.empty:
+        raise TypeError(f"table must be a non-empty pandas DataFrame, got {type(table).__name__}")
+    lengths = [float(c) for c in table.columns]
+    if isinstance(train_length, bool) or not isinstance(train_length, int) or train_length < 1:
+        raise ValueError(f"train_length must be a positive int, got {train_length!r}")
+    fig = new_figure(6.6, 4.0)
+    ax = fig.add_subplot()
+    for scheme, row in table.iterrows():
+        color, marker, style = SCHEME_STYLES.get(str(scheme), ("black", "x", "-"))
+        ax.plot(lengths, row.to_numpy(dtype=float), color=color, marker=marker, linestyle=style,
+                linewidth=1.8, markersize=6, label=str(scheme))
+    ax.axvline(train_length, color="grey", linewidth=1.0, linestyle="--")
+    ax.text(train_length, 3, f"  training length L = {train_length}", color="dimgrey", fontsize=9,
+            va="bottom", ha="left")
+    if chance is not None:
+        ax.axhline(chance, color="grey", linewidth=1.0, linestyle=":")
+        ax.text(lengths[-1], chance + 1.5, f"chance {chance:.1f} %", color="dimgrey", fontsize=9,
+                va="bottom", ha="right")
+    ax.set_xticks(lengths)
+    multiples = [t / train_length for t in lengths]
+    ax.set_xticklabels([f"{int(t)}\n({'' if m == 1 else f'{m:g}'}L)" for t, m in zip(lengths, multiples)])
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("test length T (the last L positions are scored)")
+    ax.set_ylabel("accuracy on the last L positions (%)")
+    ax.set_title("Train short, test long: the last-value task")
+    ax.legend(title="position scheme", fontsize=9, title_fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig

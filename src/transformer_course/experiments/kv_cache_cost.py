@@ -1,0 +1,231 @@
+"""The KV cache measured: FLOPs of greedy decoding with and without the cache, counted and in closed form.
+
+Shape legend: B batch, S source length, T target length (cached positions), D = d_model,
+F = d_ff, V target vocabulary, N_e / N_d encoder / decoder layers, n generated tokens.
+
+FLOPs count a multiply-add as 2, as ``torch.utils.flop_counter.FlopCounterMode`` does, and only
+matrix products (softmax, LayerNorm and additions are not counted). ``Transformer.greedy_decode``
+generating n tokens runs the encoder once, then n decoder steps t = 1 .. n on a prefix of t tokens.
+
+Step t without a cache re-runs the decoder on all t positions; per decoder layer (m = 2 weight
+matrices in the FFN, 3 for SwiGLU):
+
+    self-attention  8 t D^2 (Q, K, V, O projections) + 4 t^2 D (scores QK^T and weights x V)
+    cross-attention 4 t D^2 (Q, O) + 4 S D^2 (K, V of the encoder output) + 4 t S D
+    feed-forward    2 m t D F
+    plus the output projection 2 t D V.
+
+Step t with a cache runs only the newest position (t -> 1 above, except that its query still
+reads all t cached keys, 4 t D, and the cross-attention keys and values are projected at step 1
+only). So a cached step costs a constant plus a term proportional to t, an uncached step a
+multiple of t plus a term in t^2: over n tokens the cache turns O(n^2 D^2 + n^3 D) into
+O(n D^2 + n^2 D).
+
+Pope et al., 2022, "Efficiently Scaling Transformer Inference" (section 2, the KV cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from transformer_course._exhibit import exhibit
+from transformer_course._validation import check_bool, check_instance, check_int, check_sizes, check_tensor
+from transformer_course.measure.cost import count_flops
+from transformer_course.nn.attention import hand_written_attention
+from transformer_course.nn.kv_cache import KVCache
+from transformer_course.nn.model import Transformer, TransformerConfig
+
+
+def _ffn_matrices(config: TransformerConfig) -> int:
+    return 3 if config.activation == "swiglu" else 2
+
+
+def encoder_flops(config: TransformerConfig, src_len: int, batch_size: int = 1) -> int:
+    """FLOPs of encoding a (B, S) source: N_e B (8 S D^2 + 4 S^2 D + 2 m S D F)."""
+    check_instance("config", config, TransformerConfig)
+    s = check_int("src_len", src_len, minimum=1)
+    b = check_int("batch_size", batch_size, minimum=1)
+    d, f = config.d_model, config.d_ff
+    per_layer = 8 * s * d * d + 4 * s * s * d + 2 * _ffn_matrices(config) * s * d * f
+    return b * config.num_encoder_layers * per_layer
+
+
+def decode_step_flops(config: TransformerConfig, src_len: int, step: int, use_cache: bool, batch_size: int = 1) -> int:
+    """FLOPs of decoding step ``step`` (prefix of t = step tokens), with or without the KV cache.
+
+    Args:
+        config: the model's configuration.
+        src_len: S, source positions (cross-attention keys).
+        step: t >= 1, the length of the prefix fed at this step.
+        use_cache: True: only the newest position runs (cross-attention K, V projected at t = 1 only);
+            False: all t positions run again.
+        batch_size: B.
+
+    Returns:
+        The matrix-product FLOPs of that step (decoder layers and output projection), an int.
+
+    Raises:
+        TypeError, ValueError: for a config that is not a ``TransformerConfig`` or a size < 1.
+    """
+    check_instance("config", config, TransformerConfig)
+    s = check_int("src_len", src_len, minimum=1)
+    t = check_int("step", step, minimum=1)
+    check_bool("use_cache", use_cache)
+    b = check_int("batch_size", batch_size, minimum=1)
+    d, f, v = config.d_model, config.d_ff, config.tgt_vocab_size
+    q = 1 if use_cache else t  # positions that run through the layers at this step
+    cross_keys = 4 * s * d * d if (not use_cache or t == 1) else 0  # K, V of the encoder output
+    per_layer = (8 * q * d * d + 4 * q * t * d  # self-attention: projections, QK^T and AV over t keys
+                 + 4 * q * d * d + cross_keys + 4 * q * s * d  # cross-attention
+                 + 2 * _ffn_matrices(config) * q * d * f)  # feed-forward
+    return b * (config.num_decoder_layers * per_layer + 2 * q * d * v)
+
+
+def decode_flops(config: TransformerConfig, src_len: int, num_tokens: int, use_cache: bool,
+                 batch_size: int = 1) -> int:
+    """Closed-form FLOPs of ``greedy_decode(src, max_len=num_tokens)``: encoder + steps t = 1 .. n."""
+    n = check_int("num_tokens", num_tokens, minimum=1)
+    return encoder_flops(config, src_len, batch_size) + sum(
+        decode_step_flops(config, src_len, t, use_cache, batch_size) for t in range(1, n + 1))
+
+
+def _check_decoding(model: object, src: object, num_tokens: object) -> tuple[Transformer, torch.Tensor, int]:
+    check_instance("model", model, Transformer, "transformer_course.nn.model.Transformer")
+    check_tensor("src", src, ndim=2)
+    return model, src, check_int("num_tokens", num_tokens, minimum=1)
+
+
+def measured_decode_flops(model: Transformer, src: torch.Tensor, num_tokens: int, bos_id: int,
+                          use_cache: bool) -> int:
+    """FLOPs of ``model.greedy_decode`` counted by ``FlopCounterMode`` (hand-written attention path)."""
+    model, src, num_tokens = _check_decoding(model, src, num_tokens)
+    with hand_written_attention(model):
+        return count_flops(lambda: model.greedy_decode(src, max_len=num_tokens, bos_id=bos_id, use_cache=use_cache))
+
+
+@dataclass
+class TracedDecode:
+    """What :func:`traced_greedy_decode` saw: the tokens, the encoder's and each step's counted FLOPs, the cache."""
+
+    tokens: torch.Tensor  # (B, 1 + n)
+    src_len: int  # S
+    use_cache: bool
+    encoder_flops: int
+    step_flops: list[int]  # one count per step t = 1 .. n
+    cache: KVCache | None
+
+    def total_flops(self, num_tokens: int) -> int:
+        """FLOPs of generating the first ``num_tokens`` tokens: the encoder plus steps 1 .. n.
+
+        Step t reads only the prefix of t tokens, so the first n steps of a longer run are exactly
+        a run of n tokens.
+        """
+        n = check_int("num_tokens", num_tokens, minimum=1)
+        if n > len(self.step_flops):
+            raise ValueError(f"num_tokens must be <= the {len(self.step_flops)} traced steps, got {n}")
+        return self.encoder_flops + sum(self.step_flops[:n])
+
+
+@torch.no_grad()
+def traced_greedy_decode(model: Transformer, src: torch.Tensor, num_tokens: int, bos_id: int,
+                         use_cache: bool) -> TracedDecode:
+    """Greedy decoding step by step through the public API, counting the FLOPs of every step.
+
+    The same loop as ``Transformer.greedy_decode`` without an end token: ``encode`` once, then per
+    step ``decode_step`` on the growing prefix with a ``KVCache`` (``use_cache=True``) or ``decode``
+    on the whole prefix. The cache is returned, so its tensors can be weighed.
+
+    Args:
+        model: an encoder-decoder ``Transformer`` (eval mode for deterministic tokens).
+        src: (B, S) source token ids.
+        num_tokens: n >= 1 tokens to generate.
+        bos_id: the start token.
+        use_cache: decode with a ``KVCache`` or by recomputing the prefix.
+
+    Returns:
+        A :class:`TracedDecode` (tokens (B, 1 + n), the encoder's and each step's FLOPs, the cache or None).
+
+    Raises:
+        TypeError, ValueError: for a model that is not a ``Transformer``, a src that is not a (B, S)
+            tensor, or ``num_tokens``/``bos_id`` out of range.
+    """
+    model, src, num_tokens = _check_decoding(model, src, num_tokens)
+    check_int("bos_id", bos_id, minimum=0)
+    check_bool("use_cache", use_cache)
+    with hand_written_attention(model):
+        encoded: list[torch.Tensor] = []
+        encoder_count = count_flops(lambda: encoded.append(model.encode(src)))
+        memory = encoded[0]  # (B, S, D)
+        out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+        cache = KVCache(len(model.decoder.layers)) if use_cache else None
+        steps: list[int] = []
+        for _ in range(num_tokens):
+            result: list[torch.Tensor] = []
+            if cache is not None:
+                steps.append(count_flops(lambda: result.append(model.decode_step(out, memory, cache))))
+            else:
+                steps.append(count_flops(lambda: result.append(model.decode(out, memory))))
+            next_token = result[0][:, -1].argmax(dim=-1)  # (B,)
+            out = torch.cat((out, next_token.unsqueeze(1)), dim=1)  # (B, t + 1)
+    return TracedDecode(out, src.shape[1], use_cache, encoder_count, steps, cache)
+
+
+def cache_nbytes(cache: KVCache) -> dict[str, int]:
+    """Bytes the cache's tensors hold, by kind: sum of ``.nbytes`` of the keys and values of every layer.
+
+    Returns:
+        {"self-attention": ..., "cross-attention": ..., "total": ...}.
+    """
+    check_instance("cache", cache, KVCache)
+    sizes = {"self-attention": 0, "cross-attention": 0}
+    for layer in cache.layers:
+        for kind, entry in (("self-attention", layer.self_attn), ("cross-attention", layer.cross_attn)):
+            if entry.keys is not None:
+                sizes[kind] += entry.keys.nbytes + entry.values.nbytes
+    sizes["total"] = sizes["self-attention"] + sizes["cross-attention"]
+    return sizes
+
+
+@exhibit
+def decode_cost_table(plain: TracedDecode, cached: TracedDecode, config: TransformerConfig,
+                      lengths: Sequence[int]) -> pd.DataFrame:
+    """Counted and closed-form FLOPs of greedy decoding n tokens, without and with the cache, per n.
+
+    Args:
+        plain, cached: traced runs (``traced_greedy_decode``) without and with the cache, of at
+            least ``max(lengths)`` tokens, on the same source.
+        config: the model's configuration (for the closed form).
+        lengths: the numbers of generated tokens n to report.
+
+    Returns:
+        DataFrame indexed by "tokens generated n" with the int columns "FLOPs without cache",
+        "formula without cache", "FLOPs with cache", "formula with cache" and the float column
+        "without / with" (the saving).
+
+    Raises:
+        TypeError, ValueError: if a run is not a ``TracedDecode``, the runs' caching is swapped,
+            or a length exceeds a run.
+    """
+    check_instance("plain", plain, TracedDecode)
+    check_instance("cached", cached, TracedDecode)
+    check_instance("config", config, TransformerConfig)
+    if plain.use_cache or not cached.use_cache:
+        raise ValueError("plain must be a run without the cache and cached one with it, got "
+                         f"use_cache={plain.use_cache} and {cached.use_cache}")
+    if (plain.src_len, plain.tokens.shape[0]) != (cached.src_len, cached.tokens.shape[0]):
+        raise ValueError("plain and cached must decode sources of the same shape (B, S), got "
+                         f"{(plain.tokens.shape[0], plain.src_len)} and {(cached.tokens.shape[0], cached.src_len)}")
+    batch_size, src_len = plain.tokens.shape[0], plain.src_len
+    rows = []
+    for n in check_sizes("lengths", lengths):
+        row = {"tokens generated n": n}
+        for label, run in (("without cache", plain), ("with cache", cached)):
+            row[f"FLOPs {label}"] = run.total_flops(n)
+            row[f"formula {label}"] = decode_flops(config, src_len, n, run.use_cache, batch_size)
+        row["without / with"] = row["FLOPs without cache"] / row["FLOPs with cache"]
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("tokens generated n")

@@ -1,0 +1,367 @@
+"""Train short, test long: one small causal model, five ways to give it position, tested past its training length.
+
+Shape legend: B batch, T sequence length, D = d_model, H heads, Dh = D / H, V vocabulary size.
+
+The task ("last value"). A sequence mixes *noise* tokens with occasional *value* tokens (each
+position is a value with probability ``value_rate``). At every position t the model must output
+the most recent value token at a position <= t (positions before the first value have no target).
+The rule looks back a short, random distance (geometric, mean 1 / ``value_rate``) and never
+mentions absolute position or the sequence length, so a model that learned the rule could apply it
+at any length: what it needs is "which value is the most recent", i.e. *relative* order. It is the
+"flip-flop" memory task of Liu et al. (2023) in its simplest form: writes only, every position reads.
+
+The model. Token embeddings, an optional added encoding, ``num_layers`` Pre-LN causal blocks and a
+linear read-out. The five schemes differ in one place each:
+
+* ``"sinusoidal"``: z = x + PE (Vaswani et al., 2017), defined at every position;
+* ``"learned"``: z = x + E[pos], with a table of ``max_len`` rows; rows at or past the training
+  length never receive a gradient (Adam leaves them at their random initialization), so at test
+  time positions past the training length read untrained vectors;
+* ``"rope"``: queries and keys rotated by ``rotary_embedding`` (Su et al., 2021);
+* ``"alibi"``: the bias ``alibi_bias`` added to the scores (Press et al., 2022);
+* ``"none"``: nothing but the causal mask (NoPE; Haviv et al., 2022; Kazemnejad et al., 2023).
+
+The measurement. :func:`far_end_accuracy` scores only the last ``train_length`` positions of a test
+sequence, so at test length 4L every scored position is one the model never saw in training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_course._exhibit import exhibit
+from transformer_course._validation import (check_choice, check_instance, check_int, check_positive_float,
+                                            check_probability, check_tensor)
+from transformer_course.nn.attention import MultiHeadAttention, _attention
+from transformer_course.nn.feedforward import FeedForward
+from transformer_course.nn.masks import causal_mask
+from transformer_course.nn.normalization import LayerNorm
+from transformer_course.nn.positional import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding, alibi_bias,
+                                              rotary_embedding)
+from transformer_course.measure.timing import threads
+from .training import fit, model_device, seeded
+
+SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "none")
+IGNORE_INDEX = -100
+NUM_NOISE = 8  # noise token ids 0 .. 7
+NUM_VALUES = 8  # value token ids 8 .. 15; a blind guess among them is right 1 time in 8
+
+
+def make_last_value_batch(
+    batch_size: int,
+    length: int,
+    generator: torch.Generator,
+    num_noise: int = NUM_NOISE,
+    num_values: int = NUM_VALUES,
+    value_rate: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw a batch of the last-value task: target[t] = the most recent value token at a position <= t.
+
+    Token ids ``0 .. num_noise - 1`` are noise, ``num_noise .. num_noise + num_values - 1`` values.
+
+    Args:
+        batch_size: number of sequences B (>= 1).
+        length: sequence length T (>= 1).
+        generator: a CPU ``torch.Generator`` that makes the batch reproducible.
+        num_noise: number of noise tokens (>= 1).
+        num_values: number of value tokens (>= 2).
+        value_rate: probability that a position holds a value, in (0, 1).
+
+    Returns:
+        tokens: (B, T) int64 token ids.
+        targets: (B, T) int64 value ids, ``IGNORE_INDEX`` before the first value of a row.
+
+    Raises:
+        TypeError, ValueError: for a missing generator or sizes and rates out of range.
+    """
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    length = check_int("length", length, minimum=1)
+    check_instance("generator", generator, torch.Generator, "torch.Generator")
+    num_noise = check_int("num_noise", num_noise, minimum=1)
+    num_values = check_int("num_values", num_values, minimum=2)
+    value_rate = check_probability("value_rate", value_rate)
+    if value_rate == 0.0:
+        raise ValueError("value_rate must be in (0, 1), got 0.0")
+    noise = torch.randint(0, num_noise, (batch_size, length), generator=generator)  # (B, T)
+    values = torch.randint(num_noise, num_noise + num_values, (batch_size, length), generator=generator)  # (B, T)
+    is_value = torch.rand(batch_size, length, generator=generator) < value_rate  # (B, T)
+    tokens = torch.where(is_value, values, noise)  # (B, T)
+    position = torch.arange(length).expand(batch_size, length)  # (B, T)
+    latest = torch.where(is_value, position, -1).cummax(dim=1).values  # (B, T): last value position <= t
+    targets = tokens.gather(1, latest.clamp(min=0)).masked_fill(latest < 0, IGNORE_INDEX)  # (B, T)
+    return tokens, targets
+
+
+class PositionalSelfAttention(nn.Module):
+    """Causal multi-head self-attention whose scores carry position the way ``scheme`` says.
+
+    softmax(q_i . k_j / sqrt(Dh) + bias_ij) over j <= i, with q, k rotated by RoPE for ``"rope"``
+    and bias = ALiBi's -m_h (i - j) for ``"alibi"`` (no rotation, no bias otherwise). The four
+    projections are those of a :class:`MultiHeadAttention` (``self.attention``).
+
+    Args:
+        d_model: width D.
+        num_heads: heads H (must divide D; for RoPE, Dh must be even).
+        scheme: one of ``SCHEMES``; only ``"rope"`` and ``"alibi"`` change this layer.
+
+    Shape:
+        x (B, T, D) -> (B, T, D).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, scheme: str = "none") -> None:
+        super().__init__()
+        self.scheme = check_choice("scheme", scheme, SCHEMES)
+        self.attention = MultiHeadAttention(d_model, num_heads)
+        if scheme == "rope" and self.attention.d_head % 2:
+            raise ValueError(f"RoPE needs an even head width, got d_model={d_model}, num_heads={num_heads}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mha, t = self.attention, x.shape[1]
+        q = mha.split_heads(mha.q_proj(x))  # (B, H, T, Dh)
+        k = mha.split_heads(mha.k_proj(x))  # (B, H, T, Dh)
+        v = mha.split_heads(mha.v_proj(x))  # (B, H, T, Dh)
+        bias = None
+        if self.scheme == "rope":
+            q, k = rotary_embedding(q), rotary_embedding(k)  # (B, H, T, Dh) each, rotated by position
+        elif self.scheme == "alibi":
+            bias = alibi_bias(mha.num_heads, t).to(device=x.device, dtype=x.dtype)  # (H, T, T)
+        heads, _ = _attention(q, k, v, causal_mask(t, device=x.device), bias)  # (B, H, T, Dh)
+        return mha.out_proj(mha.merge_heads(heads))  # (B, T, D)
+
+
+class CausalBlock(nn.Module):
+    """A Pre-LN decoder block without cross-attention: x + SA(norm1(x)), then x + FFN(norm2(x)).
+
+    Shape:
+        x (B, T, D) -> (B, T, D).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, scheme: str = "none") -> None:
+        super().__init__()
+        self.norm1 = LayerNorm(d_model)
+        self.self_attn = PositionalSelfAttention(d_model, num_heads, scheme)
+        self.norm2 = LayerNorm(d_model)
+        self.feed_forward = FeedForward(d_model, d_ff)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.norm1(x))  # (B, T, D)
+        return x + self.feed_forward(self.norm2(x))  # (B, T, D)
+
+
+class LengthGeneralizationModel(nn.Module):
+    """A decoder-only language model whose only difference between runs is its position scheme.
+
+    logits = W_out norm(Block_N(... Block_1(P(Embed(tokens))))), with P = + PE (``"sinusoidal"``),
+    + E[pos] (``"learned"``) or the identity (``"rope"``, ``"alibi"``, ``"none"``, which act inside
+    attention or not at all).
+
+    Args:
+        scheme: one of ``SCHEMES``.
+        vocab_size: V.
+        d_model: width D.
+        num_heads: heads H.
+        num_layers: number of blocks.
+        max_len: rows of the learned table (and the sinusoidal cache); the longest input allowed
+            for ``"learned"``. Train shorter than this to leave rows untrained.
+
+    Shape:
+        tokens (B, T) -> logits (B, T, V).
+
+    Raises:
+        TypeError, ValueError: for an unknown scheme or sizes out of range.
+    """
+
+    def __init__(self, scheme: str, vocab_size: int = NUM_NOISE + NUM_VALUES, d_model: int = 32, num_heads: int = 4,
+                 num_layers: int = 2, max_len: int = 64) -> None:
+        super().__init__()
+        self.scheme = check_choice("scheme", scheme, SCHEMES)
+        vocab_size = check_int("vocab_size", vocab_size, minimum=1)
+        self.d_model = d_model = check_int("d_model", d_model, minimum=2)
+        num_heads = check_int("num_heads", num_heads, minimum=1)
+        num_layers = check_int("num_layers", num_layers, minimum=1)
+        self.max_len = max_len = check_int("max_len", max_len, minimum=1)
+        if d_model % num_heads:
+            raise ValueError(f"d_model must be divisible by num_heads, got d_model={d_model}, num_heads={num_heads}")
+        self.embed = nn.Embedding(vocab_size, d_model)
+        if scheme == "sinusoidal":
+            self.positional: nn.Module = SinusoidalPositionalEncoding(d_model, max_len)
+        elif scheme == "learned":
+            self.positional = LearnedPositionalEmbedding(max_len, d_model)
+        else:
+            self.positional = nn.Identity()
+        self.blocks = nn.ModuleList(CausalBlock(d_model, num_heads, 4 * d_model, scheme) for _ in range(num_layers))
+        self.norm = LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        check_tensor("tokens", tokens, ndim=2)
+        if self.scheme == "learned" and tokens.shape[1] > self.max_len:
+            raise ValueError(f"tokens length {tokens.shape[1]} exceeds max_len={self.max_len} of the learned table")
+        x = self.positional(self.embed(tokens))  # (B, T, D)
+        for block in self.blocks:
+            x = block(x)  # (B, T, D)
+        return self.head(self.norm(x))  # (B, T, V)
+
+
+def _last_value_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    tokens, targets = batch
+    logits = model(tokens)  # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+
+
+def train_last_value(scheme: str, train_length: int = 16, steps: int = 200, seed: int = 0, batch_size: int = 32,
+                     lr: float = 3e-3, max_len: int = 64) -> tuple[LengthGeneralizationModel, list[float]]:
+    """Train a :class:`LengthGeneralizationModel` with ``scheme`` on last-value sequences of length ``train_length``.
+
+    Causal attention means every prefix of a training sequence is itself a training example, so
+    the model is trained at every length <= ``train_length`` and at none longer.
+
+    Args:
+        scheme: one of ``SCHEMES``.
+        train_length: L, the length of the training sequences.
+        steps: Adam steps (one fresh batch each, via ``fit``).
+        seed: seeds the initial weights and the batches.
+        batch_size: sequences per batch.
+        lr: learning rate (constant).
+        max_len: the learned table's rows (the longest test length for ``"learned"``), >= ``train_length``.
+
+    Returns:
+        The trained model (in eval mode) and the loss of every step.
+
+    Raises:
+        TypeError, ValueError: for an unknown scheme or sizes out of range.
+    """
+    check_choice("scheme", scheme, SCHEMES)
+    train_length = check_int("train_length", train_length, minimum=2)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    max_len = check_int("max_len", max_len, minimum=1)
+    if max_len < train_length:
+        raise ValueError(f"max_len must be >= train_length={train_length}, got {max_len}")
+    with seeded(check_int("seed", seed, minimum=0)):
+        model = LengthGeneralizationModel(scheme, max_len=max_len)
+
+    def make_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return make_last_value_batch(batch_size, train_length, generator)
+
+    losses = fit(model, make_batch, _last_value_loss, steps, lr=check_positive_float("lr", lr), seed=seed)
+    return model, losses
+
+
+@torch.no_grad()
+def far_end_accuracy(model: nn.Module, length: int, scored: int, num_sequences: int = 256,
+                     seed: int = 1000) -> float:
+    """Accuracy of ``model`` on the last ``scored`` positions of fresh last-value sequences of ``length``.
+
+    Scoring only the far end (positions ``length - scored`` .. ``length - 1``) keeps the positions a
+    model trained at length ``scored`` has seen out of the average: at ``length`` = 4 * ``scored``
+    every scored position is new to it.
+
+    Args:
+        model: maps tokens (B, T) to logits (B, T, V).
+        length: test length T (>= ``scored``).
+        scored: how many final positions to score (>= 1).
+        num_sequences: test sequences.
+        seed: seeds the test data (the same sequences for every model).
+
+    Returns:
+        The fraction of scored positions (with a target) whose argmax is the target, in [0, 1].
+
+    Raises:
+        TypeError, ValueError: for a non-module or sizes out of range.
+    """
+    check_instance("model", model, nn.Module, "torch.nn.Module")
+    length = check_int("length", length, minimum=1)
+    scored = check_int("scored", scored, minimum=1)
+    if scored > length:
+        raise ValueError(f"scored must be <= length={length}, got {scored}")
+    num_sequences = check_int("num_sequences", num_sequences, minimum=1)
+    generator = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
+    tokens, targets = make_last_value_batch(num_sequences, length, generator)  # (B, T) each
+    device = model_device(model)
+    model.eval()
+    with threads(1 if device.type == "cpu" else None):  # one thread, as in training: the same sums everywhere
+        predictions = model(tokens.to(device)).argmax(dim=-1).cpu()  # (B, T)
+    keep = targets[:, length - scored:] != IGNORE_INDEX  # (B, scored)
+    correct = predictions[:, length - scored:] == targets[:, length - scored:]  # (B, scored)
+    return float(correct[keep].float().mean())
+
+
+@exhibit
+def length_generalization(schemes: Sequence[str] = SCHEMES, train_length: int = 16,
+                          test_lengths: Sequence[int] = (16, 24, 32, 48, 64), steps: int = 200,
+                          seed: int = 0) -> pd.DataFrame:
+    """Train one model per scheme at ``train_length`` and test each at every length of ``test_lengths``.
+
+    Args:
+        schemes: the position schemes to compare (each one of ``SCHEMES``).
+        train_length: L.
+        test_lengths: test lengths, each >= L; the learned table gets ``max(test_lengths)`` rows.
+        steps: training steps per model.
+        seed: seeds weights and training batches (test data use a fixed seed of their own).
+
+    Returns:
+        DataFrame, one row per scheme, one column per test length: far-end accuracy in percent.
+        ``attrs`` holds ``train_length`` and ``chance`` (percent: one guess among the value tokens).
+
+    Raises:
+        TypeError, ValueError: for an unknown scheme, an empty list, or a test length < L.
+
+    Press et al., 2022, "Train Short, Test Long" (the protocol); Liu et al., 2023 (the flip-flop task).
+    """
+    schemes = list(schemes)
+    if not schemes:
+        raise ValueError("schemes must name at least one scheme, got an empty sequence")
+    for scheme in schemes:
+        check_choice("schemes", scheme, SCHEMES)
+    train_length = check_int("train_length", train_length, minimum=2)
+    test_lengths = [check_int("test_lengths", t, minimum=1) for t in test_lengths]
+    if not test_lengths or min(test_lengths) < train_length:
+        raise ValueError(f"test_lengths must be non-empty and each >= train_length={train_length}, got {test_lengths}")
+    rows = {}
+    for scheme in schemes:
+        model, _ = train_last_value(scheme, train_length, steps, seed, max_len=max(test_lengths))
+        rows[scheme] = [100 * far_end_accuracy(model, t, train_length) for t in test_lengths]
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=test_lengths)
+    table.index.name = "scheme"
+    table.columns.name = "test length"
+    table.attrs.update(train_length=train_length, chance=100 / NUM_VALUES)
+    return table
+
+
+@exhibit
+def accuracy_bands(table: pd.DataFrame, thresholds: Sequence[float] = (50.0, 80.0)) -> pd.DataFrame:
+    """Each accuracy (percent) replaced by the band it falls in, e.g. "< 50", "50-80", ">= 80".
+
+    Trained accuracies differ by a point or two between CPU kernel sets (their float32 sums round
+    differently, and training amplifies it); a band with a few points of margin is the precision
+    that holds on every CPU.
+
+    Args:
+        table: accuracies in percent, e.g. from :func:`length_generalization`.
+        thresholds: increasing band edges.
+
+    Returns:
+        DataFrame of strings with the index and columns of ``table``.
+
+    Raises:
+        TypeError, ValueError: if ``table`` is not a DataFrame or ``thresholds`` is empty or not increasing.
+    """
+    check_instance("table", table, pd.DataFrame, "pandas DataFrame")
+    edges = [float(t) for t in thresholds]
+    if not edges or any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError(f"thresholds must be a non-empty increasing sequence, got {list(thresholds)}")
+
+    def band(value: float) -> str:
+        if value < edges[0]:
+            return f"< {edges[0]:g}"
+        for low, high in zip(edges, edges[1:]):
+            if value < high:
+                return f"{low:g}-{high:g}"
+        return f">= {edges[-1]:g}"
+
+    return table.apply(lambda column: column.map(band))

@@ -1,0 +1,66 @@
+"""Figures of an encoder-decoder's cross-attention: one heatmap per decoder layer and head.
+
+* :func:`plot_cross_attention_maps` draws the (N, H, T, S) cross-attention weights of one example
+  (from ``experiments.cross_attention.cross_attention_weights``) as an N x H grid, queries (the
+  tokens the decoder predicts) down, source tokens across.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from transformer_course._exhibit import exhibit
+from transformer_course._validation import check_tensor
+from .style import new_figure
+
+
+@exhibit
+def plot_cross_attention_maps(weights: torch.Tensor, source: Sequence[str], predicted: Sequence[str],
+                              titles: Sequence[str] | None = None) -> Figure:
+    """An N x H grid of cross-attention heatmaps of one example (rows: decoder layers, columns: heads).
+
+    Args:
+        weights: (N, H, T, S) cross-attention probabilities of one example.
+        source: S names of the source tokens (the keys, along x).
+        predicted: T names of what each decoder position predicts (the queries, along y).
+        titles: optional N * H panel titles, row by row (default "layer i, head k", from 1).
+
+    Returns:
+        A ``Figure`` with N * H heatmap axes and one shared colour bar.
+
+    Raises:
+        TypeError, ValueError: if ``weights`` is not a floating 4-D tensor or the labels do not match.
+    """
+    check_tensor("weights", weights, ndim=4, floating=True)
+    n, h, t, s = weights.shape
+    source, predicted = list(source), list(predicted)
+    if len(source) != s:
+        raise ValueError(f"source must have S={s} names, got {len(source)}")
+    if len(predicted) != t:
+        raise ValueError(f"predicted must have T={t} names, got {len(predicted)}")
+    if titles is None:
+        titles = [f"layer {i + 1}, head {k + 1}" for i in range(n) for k in range(h)]
+    titles = list(titles)
+    if len(titles) != n * h:
+        raise ValueError(f"titles must have N * H = {n * h} entries, got {len(titles)}")
+    data = weights.detach().double().cpu().numpy()
+    fig = new_figure(2.0 * h + 1.2, 2.3 * n + 0.6)
+    axes = fig.subplots(n, h, squeeze=False)
+    image = None
+    for i in range(n):
+        for k in range(h):
+            ax = axes[i, k]
+            image = ax.imshow(data[i, k], vmin=0.0, vmax=1.0, cmap="viridis")
+            ax.set_title(titles[i * h + k], fontsize=10)
+            ax.set_xticks(np.arange(s), source if i == n - 1 else [], fontsize=9)
+            ax.set_yticks(np.arange(t), predicted if k == 0 else [], fontsize=9)
+            if i == n - 1:
+                ax.set_xlabel("source token")
+            if k == 0:
+                ax.set_ylabel("predicting")
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
+    return fig

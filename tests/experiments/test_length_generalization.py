@@ -1,0 +1,186 @@
+"""The train-short-test-long experiment: task, model, schemes and validation (fast: no full training)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+from transformer_course.experiments.length_generalization import (IGNORE_INDEX, SCHEMES, LengthGeneralizationModel,
+                                                                  PositionalSelfAttention, accuracy_bands,
+                                                                  far_end_accuracy, length_generalization,
+                                                                  make_last_value_batch, train_last_value)
+from transformer_course.nn.positional import alibi_bias, rotary_embedding
+from transformer_course.plotting.positional import plot_length_generalization
+
+
+def _reference_targets(tokens: torch.Tensor, num_noise: int) -> torch.Tensor:
+    targets = torch.full_like(tokens, IGNORE_INDEX)
+    for b in range(tokens.shape[0]):
+        last = IGNORE_INDEX
+        for t in range(tokens.shape[1]):
+            if tokens[b, t] >= num_noise:
+                last = int(tokens[b, t])
+            targets[b, t] = last
+    return targets
+
+
+def test_last_value_targets_match_a_loop():
+    tokens, targets = make_last_value_batch(16, 20, torch.Generator().manual_seed(0))
+    assert tokens.shape == targets.shape == (16, 20)
+    assert torch.equal(targets, _reference_targets(tokens, num_noise=8))
+    assert ((targets == IGNORE_INDEX) | (targets >= 8)).all()
+
+
+def test_last_value_batch_is_reproducible_and_uses_the_rate():
+    a = make_last_value_batch(64, 50, torch.Generator().manual_seed(3), value_rate=0.2)
+    b = make_last_value_batch(64, 50, torch.Generator().manual_seed(3), value_rate=0.2)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    rate = float((a[0] >= 8).float().mean())
+    assert 0.15 < rate < 0.25
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(batch_size=0), "batch_size"), (dict(length=0), "length"), (dict(num_values=1), "num_values"),
+    (dict(value_rate=0.0), "value_rate"), (dict(value_rate=1.0), "value_rate")])
+def test_last_value_batch_validates(kwargs, match):
+    args = dict(batch_size=2, length=4, generator=torch.Generator())
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        make_last_value_batch(**args)
+
+
+def test_last_value_batch_needs_a_generator():
+    with pytest.raises(TypeError, match="generator"):
+        make_last_value_batch(2, 4, generator=0)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_every_scheme_is_causal(scheme):
+    torch.manual_seed(0)
+    model = LengthGeneralizationModel(scheme, max_len=12).double().eval()
+    tokens = torch.randint(0, 16, (2, 12))
+    changed = tokens.clone()
+    changed[:, 8:] = (changed[:, 8:] + 1) % 16  # change only the future of position 7
+    with torch.no_grad():
+        out, out_changed = model(tokens), model(changed)  # (B, T, V) each
+    assert out.shape == (2, 12, 16)
+    assert torch.allclose(out[:, :8], out_changed[:, :8], atol=1e-12)
+    assert not torch.allclose(out[:, 8:], out_changed[:, 8:])
+
+
+def test_attention_schemes_match_a_hand_computation():
+    torch.manual_seed(1)
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    for scheme in ("rope", "alibi", "none"):
+        layer = PositionalSelfAttention(8, 2, scheme).double()
+        mha = layer.attention
+        q, k, v = (mha.split_heads(p(x)) for p in (mha.q_proj, mha.k_proj, mha.v_proj))  # (B, H, T, Dh)
+        if scheme == "rope":
+            q, k = rotary_embedding(q), rotary_embedding(k)
+        scores = q @ k.transpose(-2, -1) / 2.0  # Dh = 4
+        if scheme == "alibi":
+            scores = scores + alibi_bias(2, 5).double()
+        scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+        expected = mha.out_proj(mha.merge_heads(scores.softmax(-1) @ v))
+        assert torch.allclose(layer(x), expected, atol=1e-12), scheme
+
+
+def test_rope_and_alibi_weights_depend_on_offsets_and_none_does_not():
+    """Marking the nearer or the farther of two equal earlier tokens: the same output only without a scheme."""
+    torch.manual_seed(2)
+    token = torch.randn(1, 1, 8, dtype=torch.float64)
+    x = token.expand(1, 3, 8)  # (B, T, D): the same vector at positions 0, 1, 2
+    for scheme in ("rope", "alibi", "none"):
+        layer = PositionalSelfAttention(8, 2, scheme).double()
+        y = x.clone()
+        y[0, 0] += 1.0  # mark position 0, the farthest key of query 2
+        z = x.clone()
+        z[0, 1] += 1.0  # mark position 1, the nearest earlier key of query 2
+        delta_far, delta_near = (layer(y) - layer(x))[0, 2], (layer(z) - layer(x))[0, 2]
+        same = torch.allclose(delta_far, delta_near, atol=1e-9)
+        assert same == (scheme == "none"), scheme
+
+
+def test_learned_table_is_refused_past_max_len():
+    model = LengthGeneralizationModel("learned", max_len=8)
+    with pytest.raises(ValueError, match="max_len"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+    LengthGeneralizationModel("sinusoidal", max_len=8)(torch.zeros(1, 9, dtype=torch.long))  # defined anywhere
+
+
+def test_learned_rows_past_the_training_length_stay_untrained():
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        initial = LengthGeneralizationModel("learned", max_len=12).positional.embedding.weight.detach().clone()
+    model, losses = train_last_value("learned", train_length=4, steps=3, max_len=12)
+    weight = model.positional.embedding.weight.detach()
+    assert len(losses) == 3
+    assert torch.equal(weight[4:], initial[4:])
+    assert not torch.equal(weight[:4], initial[:4])
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(scheme="absolute"), ValueError, "scheme"), (dict(num_heads=3), ValueError, "num_heads"),
+    (dict(d_model=0), ValueError, "d_model"), (dict(max_len=1.5), TypeError, "max_len")])
+def test_model_validates(kwargs, error, match):
+    args = dict(scheme="none")
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        LengthGeneralizationModel(**args)
+
+
+def test_rope_needs_an_even_head_width():
+    with pytest.raises(ValueError, match="even head width"):
+        PositionalSelfAttention(6, 2, "rope")
+
+
+def test_far_end_accuracy_scores_a_perfect_oracle_at_100_percent():
+    class Oracle(torch.nn.Module):
+        def forward(self, tokens):
+            targets = _reference_targets(tokens, num_noise=8).clamp(min=0)
+            return torch.nn.functional.one_hot(targets, 16).float()  # (B, T, V)
+
+    assert far_end_accuracy(Oracle(), length=40, scored=10, num_sequences=8) == 1.0
+    with pytest.raises(ValueError, match="scored"):
+        far_end_accuracy(Oracle(), length=4, scored=5)
+    with pytest.raises(TypeError, match="model"):
+        far_end_accuracy("model", length=4, scored=2)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(schemes=()), "schemes"), (dict(schemes=("abs",)), "schemes"),
+    (dict(test_lengths=(8,)), "test_lengths"), (dict(train_length=1), "train_length")])
+def test_length_generalization_validates(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        length_generalization(**kwargs)
+
+
+def test_length_generalization_table_and_figure():
+    table = length_generalization(schemes=("alibi", "learned"), train_length=4, test_lengths=(4, 8), steps=2)
+    assert list(table.index) == ["alibi", "learned"] and list(table.columns) == [4, 8]
+    assert ((table >= 0) & (table <= 100)).all().all()
+    fig = plot_length_generalization(table, train_length=4, chance=table.attrs["chance"])
+    assert len(fig.axes) == 1 and len(fig.axes[0].lines) == 2 + 2  # two schemes, L line, chance line
+    with pytest.raises(TypeError, match="table"):
+        plot_length_generalization(pd.DataFrame(), train_length=4)
+    with pytest.raises(ValueError, match="train_length"):
+        plot_length_generalization(table, train_length=0)
+
+
+@pytest.mark.slow
+def test_alibi_extrapolates_and_learned_does_not():
+    table = length_generalization(schemes=("alibi", "learned"), train_length=16, test_lengths=(16, 64))
+    assert (table[16] > 90).all()
+    assert table.loc["alibi", 64] > 80 > 50 > table.loc["learned", 64]
+
+
+def test_accuracy_bands():
+    table = pd.DataFrame({16: [99.0, 49.9], 64: [80.0, 50.0]}, index=["alibi", "learned"])
+    bands = accuracy_bands(table)
+    assert bands.loc["alibi"].tolist() == [">= 80", ">= 80"]
+    assert bands.loc["learned"].tolist() == ["< 50", "50-80"]
+    with pytest.raises(ValueError, match="thresholds"):
+        accuracy_bands(table, thresholds=(80, 50))
+    with pytest.raises(TypeError, match="table"):
+        accuracy_bands([[1.0]])
