@@ -3,7 +3,8 @@
 ``plot_norm_axes`` shows a small batch of token vectors before and after LayerNorm (every row
 standardized across its own features) beside BatchNorm (every column standardized across the
 batch), with the mean and standard deviation of every row and column printed at the margins.
-``plot_gradient_flow`` and ``plot_training_race`` draw the tables of ``transformer_course.experiments.gradient_flow``.
+``plot_gradient_flow`` and ``plot_training_race`` draw the tables of ``transformer_course.experiments.gradient_flow``;
+``plot_placement_warmup`` those of ``transformer_course.experiments.placement_warmup``.
 """
 
 from __future__ import annotations
@@ -159,4 +160,58 @@ def plot_training_race(losses: pd.DataFrame, window: int = 10) -> Figure:
     ax.set_ylabel("cross-entropy")
     ax.set_ylim(bottom=0)
     ax.legend(frameon=False)
+    return figure
+
+
+@exhibit
+def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, window: int = 10) -> Figure:
+    """Training loss of every run of the placement x warm-up experiment, one panel per placement.
+
+    Each panel draws one line per seed and warm-up setting (running mean of ``window`` steps),
+    a dashed line at the loss of a uniform guess, and a dotted line where the warm-up ends.
+
+    Args:
+        runs: from ``placement_warmup.placement_warmup_runs`` (columns (placement, warm-up, seed)).
+        chance: the loss of a uniform guess, ln V (``placement_warmup.chance_loss``).
+        warmup_steps: length of the warm-up of the "warm-up" runs, marked on the step axis.
+        window: length of the running mean (1 = raw losses).
+
+    Returns:
+        A figure with a "Post-LN" and a "Pre-LN" panel sharing the y axis.
+
+    Raises:
+        TypeError: if ``runs`` is not a DataFrame.
+        ValueError: if ``runs`` lacks the (placement, warm-up, seed) columns, or ``chance``,
+            ``warmup_steps`` or ``window`` is not positive.
+    """
+    if not isinstance(runs, pd.DataFrame):
+        raise TypeError(f"runs must be a pandas DataFrame, got {type(runs).__name__}")
+    if list(runs.columns.names) != ["placement", "warm-up", "seed"]:
+        raise ValueError(f"runs must have columns (placement, warm-up, seed), got names {list(runs.columns.names)}")
+    if not isinstance(chance, (int, float)) or not chance > 0:
+        raise ValueError(f"chance must be a positive number (ln V), got {chance!r}")
+    for name, value in (("warmup_steps", warmup_steps), ("window", window)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    smooth = runs.rolling(window, min_periods=1).mean()
+    colours = {"no warm-up": _POST, "warm-up": _PRE}
+    placements = list(dict.fromkeys(runs.columns.get_level_values("placement")))
+    top = max(chance + 0.6, 1.05 * float(smooth.max().max()))  # room for the chance label and the first steps
+    figure = new_figure(4.6 * len(placements), 3.8)
+    axes = np.atleast_1d(figure.subplots(1, len(placements), sharey=True))
+    for ax, placement in zip(axes, placements):
+        for (warmup, seed), curve in smooth[placement].items():
+            first_seed = seed == smooth[placement][warmup].columns[0]
+            ax.plot(curve.index, curve, color=colours.get(warmup, "black"), linewidth=1.4, alpha=0.85,
+                    label=(f"{warmup} ({warmup_steps} steps)" if warmup == "warm-up" else warmup)
+                    if first_seed else None)
+        ax.axhline(chance, color="black", linestyle="--", linewidth=1.0)
+        ax.text(runs.index[-1], chance + 0.05, f"chance: {chance:.2f}", ha="right", va="bottom", fontsize=9)
+        ax.axvline(warmup_steps, color="grey", linestyle=":", linewidth=1.0)
+        ax.text(warmup_steps + 1, 0.15, "end of\nwarm-up", fontsize=9, color="dimgrey", va="bottom")
+        ax.set_title(placement)
+        ax.set_xlabel("training step")
+        ax.set_ylim(0, top)
+    axes[0].set_ylabel(f"cross-entropy (running mean of {window})")
+    axes[0].legend(frameon=False, loc="lower left", title="one line per seed", title_fontsize=9, fontsize=9)
     return figure
