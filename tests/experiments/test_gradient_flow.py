@@ -1,11 +1,10 @@
 import math
 
-import pandas as pd
 import pytest
 import torch
 from torch import nn
 
-from transformer_course.experiments.gradient_flow import (SortingEncoder, compare_placements_training, gradient_norm_profile,
+from transformer_course.experiments.gradient_flow import (SortingEncoder, gradient_norm_profile,
                                               init_xavier_, layer_gradient_norms, sorting_batch)
 from transformer_course.nn.model import Encoder
 
@@ -63,14 +62,4 @@ def test_sorting_task_and_model():
     assert torch.equal(targets, tokens.sort(dim=1).values)
     model = SortingEncoder(7, 1, 16, 2, 32, norm_first=True)
     assert model(tokens).shape == (3, 5, 7)
-
-
-@pytest.mark.slow
-def test_compare_placements_training_is_reproducible():
-    kwargs = dict(steps=3, num_layers=1, d_model=16, num_heads=2, d_ff=32, batch_size=4, seq_len=5, vocab_size=6)
-    losses = compare_placements_training(**kwargs)
-    assert isinstance(losses, pd.DataFrame) and losses.shape == (3, 2)
-    assert list(losses.columns) == ["Post-LN", "Pre-LN"]
-    assert bool(losses.notna().all().all())
-    pd.testing.assert_frame_equal(losses, compare_placements_training(**kwargs))
     assert isinstance(SortingEncoder(6, 1, 16, 2, 32, False).head, nn.Linear)

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from torch import nn
 
 from transformer_course.nn.normalization import LayerNorm, batch_norm_statistics, layer_norm_statistics, standardize
-from transformer_course.plotting.normalization import plot_gradient_flow, plot_norm_axes, plot_training_race
+from transformer_course.plotting.normalization import plot_gradient_flow, plot_norm_axes
 
 
 def test_layer_norm_statistics_match_torch(gen):
@@ -77,18 +77,13 @@ def test_plot_norm_axes(gen):
         plot_norm_axes(torch.randn(1, 4))
 
 
-def test_plot_gradient_flow_and_training_race():
+def test_plot_gradient_flow():
     table = pd.DataFrame({"Post-LN": [1.0, 2.0], "Pre-LN": [1.0, 0.5]}, index=pd.RangeIndex(1, 3, name="layer"))
     assert len(plot_gradient_flow({"a": table, "b": table}).axes) == 2
-    assert isinstance(plot_training_race(table, window=1), Figure)
     with pytest.raises(TypeError, match="profiles must be a mapping"):
         plot_gradient_flow(table)
     with pytest.raises(ValueError, match="profiles must hold at least one table"):
         plot_gradient_flow({})
     with pytest.raises(ValueError, match=r"profiles\['a'\] must have columns"):
         plot_gradient_flow({"a": table.rename(columns={"Pre-LN": "x"})})
-    with pytest.raises(TypeError, match="losses must be a pandas DataFrame"):
-        plot_training_race([1.0])
-    with pytest.raises(ValueError, match="window must be an int >= 1"):
-        plot_training_race(table, window=0)
     assert math.isfinite(float(table.sum().sum()))

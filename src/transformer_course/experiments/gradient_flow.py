@@ -26,7 +26,7 @@ from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_bool, check_choice, check_instance, check_int
 from transformer_course.nn.model import Encoder
 from transformer_course.nn.positional import SinusoidalPositionalEncoding
-from .training import fit, seeded
+from .training import seeded
 
 INITS = ("xavier", "pytorch")
 PLACEMENTS = {"Post-LN": False, "Pre-LN": True}
@@ -172,43 +172,7 @@ def sorting_batch(generator: torch.Generator, batch_size: int = 32, seq_len: int
     return tokens, tokens.sort(dim=1).values  # (B, T), (B, T)
 
 
-def _sorting_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+def sorting_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Cross-entropy of the model's (B, T, V) logits against the sorted tokens."""
     tokens, targets = batch
     return F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
-
-
-@exhibit
-def compare_placements_training(steps: int = 150, lr: float = 1e-3, warmup_steps: int = 0,
-                                num_layers: int = 6, d_model: int = 64, num_heads: int = 4, d_ff: int = 128,
-                                seed: int = 0, vocab_size: int = 16, seq_len: int = 10, batch_size: int = 32,
-                                clip_grad_norm: float | None = None, progress: bool = False,
-                                device: torch.device | str = "cpu") -> pd.DataFrame:
-    """Train a Post-LN and a Pre-LN ``SortingEncoder`` with the same data, init and schedule.
-
-    Both start from the same seed with ``init_xavier_`` and see the same batches (sorting random
-    token sequences); by default there is no warm-up and no gradient clipping, the setting in
-    which Xiong et al. (2020) report that Post-LN struggles and Pre-LN does not.
-
-    Args:
-        steps, lr, warmup_steps, clip_grad_norm, progress: passed on to ``training.fit``.
-        num_layers, d_model, num_heads, d_ff: sizes of both models.
-        seed: seeds both models' weights and the data.
-        vocab_size, seq_len, batch_size: shape of the sorting task.
-        device: where to train (the weights are drawn on the CPU, then moved).
-
-    Returns:
-        A DataFrame indexed by step (1..steps) with the training loss of "Post-LN" and "Pre-LN".
-
-    Raises:
-        TypeError, ValueError: on invalid sizes or training arguments.
-    """
-    check_int("seed", seed, minimum=0)
-    losses = {}
-    for label, norm_first in PLACEMENTS.items():
-        with seeded(seed):
-            model = init_xavier_(SortingEncoder(vocab_size, num_layers, d_model, num_heads, d_ff, norm_first,
-                                                max_len=max(seq_len, 1))).to(device)
-        losses[label] = fit(model, lambda g: sorting_batch(g, batch_size, seq_len, vocab_size), _sorting_loss,
-                            steps, lr=lr, warmup_steps=warmup_steps, seed=seed, progress=progress,
-                            clip_grad_norm=clip_grad_norm)
-    return pd.DataFrame(losses, index=pd.RangeIndex(1, steps + 1, name="step"))

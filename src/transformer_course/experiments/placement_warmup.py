@@ -21,7 +21,7 @@ import torch
 
 from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_int
-from .gradient_flow import PLACEMENTS, SortingEncoder, _sorting_loss, init_xavier_, sorting_batch
+from .gradient_flow import PLACEMENTS, SortingEncoder, sorting_loss, init_xavier_, sorting_batch
 from .training import fit, seeded
 
 NO_WARMUP, WARMUP = "no warm-up", "warm-up"
@@ -87,7 +87,7 @@ def placement_warmup_runs(seeds: Iterable[int] = (0, 1, 2), steps: int = 100, lr
                     model = init_xavier_(SortingEncoder(vocab_size, num_layers, d_model, num_heads, d_ff,
                                                         norm_first, max_len=max(seq_len, 1))).to(device)
                 columns[(placement, warmup_label, seed)] = fit(
-                    model, lambda g: sorting_batch(g, batch_size, seq_len, vocab_size), _sorting_loss, steps,
+                    model, lambda g: sorting_batch(g, batch_size, seq_len, vocab_size), sorting_loss, steps,
                     lr=lr, warmup_steps=warmup, seed=seed, progress=progress, clip_grad_norm=None)
     table = pd.DataFrame(columns, index=pd.RangeIndex(1, steps + 1, name="step"))
     table.columns.names = ["placement", "warm-up", "seed"]

@@ -3,7 +3,7 @@
 ``plot_norm_axes`` shows a small batch of token vectors before and after LayerNorm (every row
 standardized across its own features) beside BatchNorm (every column standardized across the
 batch), with the mean and standard deviation of every row and column printed at the margins.
-``plot_gradient_flow`` and ``plot_training_race`` draw the tables of ``transformer_course.experiments.gradient_flow``;
+``plot_gradient_flow`` draws the tables of ``transformer_course.experiments.gradient_flow``;
 ``plot_placement_warmup`` those of ``transformer_course.experiments.placement_warmup``.
 """
 
@@ -125,41 +125,6 @@ def plot_gradient_flow(profiles: Mapping[str, pd.DataFrame]) -> Figure:
         ax.set_ylim(bottom=0)
     axes[0].set_ylabel("‖∂loss/∂W²‖ (FFN output matrix)")
     axes[0].legend(frameon=False)
-    return figure
-
-
-@exhibit
-def plot_training_race(losses: pd.DataFrame, window: int = 10) -> Figure:
-    """Training loss of the Post-LN and Pre-LN models against step, smoothed by a running mean.
-
-    Args:
-        losses: from ``gradient_flow.compare_placements_training`` (index step, columns
-            "Post-LN", "Pre-LN").
-        window: length of the running mean (1 = raw losses).
-
-    Returns:
-        A one-panel figure.
-
-    Raises:
-        TypeError: if ``losses`` is not a DataFrame.
-        ValueError: if a column is missing or ``window`` < 1.
-    """
-    if not isinstance(losses, pd.DataFrame):
-        raise TypeError(f"losses must be a pandas DataFrame, got {type(losses).__name__}")
-    if not {"Post-LN", "Pre-LN"} <= set(losses.columns):
-        raise ValueError(f"losses must have columns 'Post-LN' and 'Pre-LN', got {list(losses.columns)}")
-    if not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an int >= 1, got {window!r}")
-    figure = new_figure(6.4, 3.6)
-    ax = figure.add_subplot()
-    smooth = losses.rolling(window, min_periods=1).mean()
-    for label, colour in (("Post-LN", _POST), ("Pre-LN", _PRE)):
-        ax.plot(losses.index, losses[label], color=colour, alpha=0.25, linewidth=0.8)
-        ax.plot(smooth.index, smooth[label], color=colour, label=f"{label} (running mean of {window})")
-    ax.set_xlabel("training step")
-    ax.set_ylabel("cross-entropy")
-    ax.set_ylim(bottom=0)
-    ax.legend(frameon=False)
     return figure
 
 
