@@ -22,7 +22,7 @@ def test_ffn_diagram_labels_are_read_off_the_module():
     assert isinstance(base, Figure)
     base_texts, other_texts = _texts(base), _texts(other)
     assert "x\none token\nd = 512" in base_texts and "ReLU" in base_texts
-    assert "linear1: W1 (512 x 2048) + b1" in base_texts and "hidden\n2048\n= 4 d" in base_texts
+    assert "linear1:\nW1 (512 x 2048) + b1" in base_texts and "hidden\n2048\n= 4 d" in base_texts
     assert "x\none token\nd = 64" in other_texts and "GELU" in other_texts
     assert "hidden\n96\n= 1.50 d" in other_texts
     assert set(ffn_diagram_labels(FeedForward(64, 96, activation="gelu")).values()) <= set(other_texts)
@@ -31,7 +31,7 @@ def test_ffn_diagram_labels_are_read_off_the_module():
 
 def test_ffn_diagram_shows_the_gate_of_swiglu():
     labels = ffn_diagram_labels(FeedForward(512, 1365, activation="swiglu"))
-    assert "gate: W3 (512 x 1365) + b3" in labels["expand"]
+    assert "gate:\nW3 (512 x 1365) + b3" in labels["expand"]
     assert labels["pre_activation"].startswith("a and g\n2 x 1365")
     assert labels["activate"] == "SiLU(a) * g"
 

@@ -69,15 +69,15 @@ def _draw_layer_block(ax: Axes, layer: EncoderLayer | DecoderLayer, x: float, y:
             y += gap
             if step == "norm":
                 label = "LayerNorm" if layer.norm_first else "Add & Norm"
-                draw_box(ax, x, y, width, norm_h, label, color=PALETTE["norm"], fontsize=8)
+                draw_box(ax, x, y, width, norm_h, label, color=PALETTE["norm"], fontsize=9)
                 y += norm_h
             else:
-                draw_box(ax, x, y, width, box_h, sublayer_label(layer, name, causal), color=_colour(name), fontsize=8)
+                draw_box(ax, x, y, width, box_h, sublayer_label(layer, name, causal), color=_colour(name), fontsize=9)
                 centres[name] = (x, y + box_h / 2)
                 y += box_h
         if layer.norm_first:
             y += gap
-            draw_box(ax, x + width / 2 - 0.4, y, 0.8, norm_h, "Add", color="white", fontsize=8)
+            draw_box(ax, x + width / 2 - 0.4, y, 0.8, norm_h, "Add", color="white", fontsize=9)
             y += norm_h
     return y, centres
 
@@ -118,9 +118,9 @@ def plot_transformer(model: Transformer) -> Figure:
         draw_arrow(ax, (x + width / 2, -0.5), (x + width / 2, 0.0))
         embed = "Output embedding" if is_decoder else "Input embedding"
         draw_box(ax, x, 0.0, width, 0.7, f"{embed}\n{vocab:,} × d_model={config.d_model}, × √d_model",
-                 color=PALETTE["embedding"], fontsize=8)
+                 color=PALETTE["embedding"], fontsize=9)
         draw_arrow(ax, (x + width / 2, 0.7), (x + width / 2, 1.1))
-        draw_box(ax, x, 1.1, width, 0.5, "+ sinusoidal positional encoding", color="white", fontsize=8)
+        draw_box(ax, x, 1.1, width, 0.5, "+ sinusoidal positional encoding", color="white", fontsize=9)
         draw_arrow(ax, (x + width / 2, 1.6), (x + width / 2, 2.05))
         layer = dec_layer if is_decoder else enc_layer
         causal = not sees_future(model, stack)
@@ -145,18 +145,18 @@ def plot_transformer(model: Transformer) -> Figure:
             color=PALETTE["output"], linewidth=1.6)
     draw_arrow(ax, (bridge_x, cross_y), (columns["decoder"] + 0.25, cross_y), color=PALETTE["output"])
     ax.text((columns["encoder"] + width + bridge_x) / 2, (bridge_y + cross_y) / 2,
-            "memory =\nkeys & values\nof every\ncross-attention", ha="center", va="center", fontsize=8)
+            "memory =\nkeys & values\nof every\ncross-attention", ha="center", va="center", fontsize=9)
     ax.text(enc_x, bridge_y + 0.3, f"encoder output (B, S, d_model={config.d_model})", ha="center",
-            va="center", fontsize=8)
+            va="center", fontsize=9)
     # the head: linear + softmax on top of the decoder
     dec_x = columns["decoder"]
     y = tops["decoder"] + 0.75
     draw_arrow(ax, (dec_x + width / 2, tops["decoder"]), (dec_x + width / 2, y))
     tied = "\n(weights tied to the embeddings)" if config.share_embeddings else ""
     draw_box(ax, dec_x, y, width, 0.7, f"Linear d_model → {config.tgt_vocab_size:,}{tied}",
-             color=PALETTE["projection"], fontsize=8)
+             color=PALETTE["projection"], fontsize=9)
     draw_arrow(ax, (dec_x + width / 2, y + 0.7), (dec_x + width / 2, y + 1.05))
-    draw_box(ax, dec_x, y + 1.05, width, 0.5, "Softmax", color=PALETTE["output"], fontsize=8)
+    draw_box(ax, dec_x, y + 1.05, width, 0.5, "Softmax", color=PALETTE["output"], fontsize=9)
     draw_arrow(ax, (dec_x + width / 2, y + 1.55), (dec_x + width / 2, y + 1.9))
     ax.text(dec_x + width / 2, y + 2.1, "next-token probabilities", ha="center", va="center", fontsize=9)
     xlim, ylim = (-0.8, 11.9), (-1.3, y + 2.4)
@@ -217,7 +217,7 @@ def plot_stacks(model: Transformer) -> Figure:
                                      ("Decoder", dec_layers, dec_x, dec_causal)):
         y = 0.0
         feed = "source embeddings + positions" if stack == "Encoder" else "shifted-right target + positions"
-        ax.text(x + box_w / 2, -0.55, feed, ha="center", va="center", fontsize=8)
+        ax.text(x + box_w / 2, -0.55, feed, ha="center", va="center", fontsize=9)
         cross_targets = []
         for index, layer in enumerate(layers):
             height = layer_height(layer)
@@ -229,7 +229,7 @@ def plot_stacks(model: Transformer) -> Figure:
             yy = y + gap
             for name in (sublayer.name for sublayer in layer.SUBLAYERS):
                 draw_box(ax, x, yy, box_w, box_h, sublayer_label(layer, name, causal, short=True),
-                         color=_colour(name), fontsize=8)
+                         color=_colour(name), fontsize=9)
                 if name == "cross_attn":
                     cross_targets.append(yy + box_h / 2)
                 yy += box_h + gap
@@ -250,7 +250,7 @@ def plot_stacks(model: Transformer) -> Figure:
             for target in cross_targets:
                 draw_arrow(ax, (bus_x, target), (x, target), color=PALETTE["output"])
             ax.text(bus_x - 0.1, (min(cross_targets) + enc_top) / 2, "encoder output: K, V of every cross-attention",
-                    rotation=90, ha="right", va="center", fontsize=8, color=PALETTE["output"])
+                    rotation=90, ha="right", va="center", fontsize=9, color=PALETTE["output"])
     return figure
 
 
@@ -260,13 +260,13 @@ def _mask_panel(ax: Axes, mask: torch.Tensor, row_label: str, column_label: str,
     t, s = values.shape
     for i in range(t):
         for j in range(s):
-            ax.text(j, i, "✓" if values[i, j] else "·", ha="center", va="center", fontsize=8,
+            ax.text(j, i, "✓" if values[i, j] else "·", ha="center", va="center", fontsize=9,
                     color="white" if values[i, j] else "black")
     ax.set_xticks(range(s))
     ax.set_yticks(range(t))
-    ax.tick_params(labelsize=8, length=0)
-    ax.set_xlabel(column_label, fontsize=8)
-    ax.set_ylabel(row_label, fontsize=8)
+    ax.tick_params(labelsize=9, length=0)
+    ax.set_xlabel(column_label, fontsize=9)
+    ax.set_ylabel(row_label, fontsize=9)
     ax.set_title(title, fontsize=9)
 
 
@@ -295,7 +295,7 @@ def plot_attention_sources(encoder_mask: torch.Tensor, decoder_mask: torch.Tenso
     if encoder_mask.shape != (s, s) or decoder_mask.shape != (t, t) or cross_mask.shape != (t, s):
         raise ValueError(f"expected encoder_mask (S, S), decoder_mask (T, T), cross_mask (T, S); got "
                          f"{tuple(encoder_mask.shape)}, {tuple(decoder_mask.shape)}, {tuple(cross_mask.shape)}")
-    figure = new_figure(9.2, 6.6)
+    figure = new_figure(9.0, 6.6)
     grid = figure.add_gridspec(2, 3, height_ratios=[1.0, 1.25])
     panels = [
         # Q, K, V come from the stack's current state: the embedded input only in layer 1.
@@ -313,10 +313,10 @@ def plot_attention_sources(encoder_mask: torch.Tensor, decoder_mask: torch.Tenso
         ax = figure.add_subplot(grid[0, column])
         blank_axes(ax, (0, 6), (0, 4.2))
         ax.set_title(title, fontsize=10)
-        draw_box(ax, 0.8, 3.0, 4.4, 0.7, "softmax(QKᵀ/√d_k + M) V", color=PALETTE["attention"], fontsize=8)
+        draw_box(ax, 0.8, 3.0, 4.4, 0.7, "softmax(QKᵀ/√d_k + M) V", color=PALETTE["attention"], fontsize=9)
         for x, role, source, colour in ((0.3, "Q", q_src, q_col), (2.3, "K", k_src, kv_col),
                                         (4.3, "V", v_src, kv_col)):
-            draw_box(ax, x, 0.2, 1.4, 0.9, source, color=colour, fontsize=8)
+            draw_box(ax, x, 0.2, 1.4, 0.9, source, color=colour, fontsize=9)
             draw_arrow(ax, (x + 0.7, 1.1), (min(max(x + 0.7, 1.9), 4.1), 3.0))
             ax.text(x + 0.7 + (0.25 if role != "K" else 0.2), 1.75, role, ha="left", va="center", fontsize=10,
                     fontweight="bold")

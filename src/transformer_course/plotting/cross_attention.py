@@ -48,7 +48,7 @@ def plot_cross_attention_maps(weights: torch.Tensor, source: Sequence[str], pred
     if len(titles) != n * h:
         raise ValueError(f"titles must have N * H = {n * h} entries, got {len(titles)}")
     data = weights.detach().double().cpu().numpy()
-    fig = new_figure(2.0 * h + 1.2, 2.3 * n + 0.6)
+    fig = new_figure(1.9 * h + 1.0, 2.2 * n + 0.6)
     axes = fig.subplots(n, h, squeeze=False)
     image = None
     for i in range(n):

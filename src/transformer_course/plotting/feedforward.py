@@ -36,9 +36,9 @@ def ffn_diagram_labels(ffn: FeedForward) -> dict[str, str]:
     d_out = ffn.linear2.out_features
     ratio = d_hidden / d_in
     ratio_text = f"{ratio:g}" if ratio == int(ratio) else f"{ratio:.2f}"
-    expand = f"linear1: W1 ({d_in} x {d_hidden}) + b1"
+    expand = f"linear1:\nW1 ({d_in} x {d_hidden}) + b1"  # two lines: the name, then the shape
     if ffn.gate is not None:
-        expand += f"\ngate: W3 ({ffn.gate.in_features} x {ffn.gate.out_features}) + b3"
+        expand += f"\ngate:\nW3 ({ffn.gate.in_features} x {ffn.gate.out_features}) + b3"
     hidden = f"{d_hidden}\n= {ratio_text} d"
     pre_activation = f"a and g\n2 x {hidden}" if ffn.gate is not None else f"pre-activation\n{hidden}"
     return {
@@ -47,7 +47,7 @@ def ffn_diagram_labels(ffn: FeedForward) -> dict[str, str]:
         "pre_activation": pre_activation,
         "hidden": f"hidden\n{hidden}",
         "activate": _ACTIVATION_TEXT[ffn.activation],
-        "compress": f"linear2: W2 ({ffn.linear2.in_features} x {d_out}) + b2",
+        "compress": f"linear2:\nW2 ({ffn.linear2.in_features} x {d_out}) + b2",
         "output": f"FFN(x)\nd = {d_out}",
     }
 
@@ -77,16 +77,16 @@ def plot_ffn_diagram(ffn: FeedForward) -> Figure:
     colors = [PALETTE["embedding"], PALETTE["ffn"], PALETTE["ffn"], PALETTE["output"]]
     texts = [labels["input"], labels["pre_activation"], labels["hidden"], labels["output"]]
     for x, h, color, text in zip(xs, heights, colors, texts):
-        draw_box(ax, x, mid - h / 2, width, h, text, color=color, fontsize=8)
+        draw_box(ax, x, mid - h / 2, width, h, text, color=color, fontsize=9)
     steps = (("expand", labels["expand"]), ("activate", labels["activate"]), ("compress", labels["compress"]))
     for (step, text), x0, x1 in zip(steps, xs[:-1], xs[1:]):
         start, end = (x0 + width + 0.08, mid), (x1 - 0.08, mid)
         draw_arrow(ax, start, end)
         centre = (start[0] + end[0]) / 2
         ax.text(centre, mid + 0.25, step, ha="center", va="bottom", fontsize=10, fontweight="bold")
-        ax.text(centre, mid - 0.25, text, ha="center", va="top", fontsize=7.5)
+        ax.text(centre, mid - 0.25, text, ha="center", va="top", fontsize=9)
     ax.text(6.2, 0.05, "the same weights for every position t = 1 ... T: no mixing between tokens",
-            ha="center", va="bottom", fontsize=8.5, style="italic")
+            ha="center", va="bottom", fontsize=9, style="italic")
     return fig
 
 
@@ -117,7 +117,7 @@ def plot_activations(low: float = -4.0, high: float = 4.0, points: int = 401) ->
         ax.axvline(0, color="grey", linewidth=0.5)
         ax.set_xlabel("pre-activation x")
         ax.set_title(title)
-    left.legend(fontsize=8, loc="upper left")
+    left.legend(fontsize=9, loc="upper left")
     return fig
 
 

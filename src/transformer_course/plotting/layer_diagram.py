@@ -29,7 +29,7 @@ from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
 
 # Geometry of the drawing, in data units (the axes use an equal aspect ratio).
-_BOX_WIDTH = 3.4
+_BOX_WIDTH = 3.8
 _SUBLAYER_HEIGHT = 0.95
 _NORM_HEIGHT = 0.5
 _ADD_RADIUS = 0.2
@@ -180,7 +180,7 @@ def plot_layer(layer: EncoderLayer | DecoderLayer, ax: Axes | None = None) -> Fi
     width = layer.norm1.d_model if hasattr(layer.norm1, "d_model") else layer.self_attn.d_model
     half = _BOX_WIDTH / 2
 
-    ax.text(0.0, -0.95, f"x  (B, T, d_model={width})", ha="center", va="center", fontsize=8)
+    ax.text(0.0, -0.95, f"x  (B, T, d_model={width})", ha="center", va="center", fontsize=9)
     y = -0.7  # the top of whatever was drawn last on the residual stream
     for part in parts:
         colour = PALETTE["ffn"] if part.kind == "feed-forward" else PALETTE["attention"]
@@ -196,29 +196,29 @@ def plot_layer(layer: EncoderLayer | DecoderLayer, ax: Axes | None = None) -> Fi
                 draw_arrow(ax, (0.0, y), (0.0, add_y - _ADD_RADIUS))
                 _draw_add(ax, add_y)
                 if part.dropout > 0:
-                    ax.text(0.12, y + _GAP / 2, f"dropout p={part.dropout:g}", ha="left", va="center", fontsize=8)
+                    ax.text(0.12, y + _GAP / 2, f"dropout p={part.dropout:g}", ha="left", va="center", fontsize=9)
                 y = add_y + _ADD_RADIUS
             else:
                 height = _NORM_HEIGHT if step == "norm" else _SUBLAYER_HEIGHT
                 label = part.norm_label if step == "norm" else part.label
                 box_colour = PALETTE["norm"] if step == "norm" else colour
                 draw_arrow(ax, (0.0, y), (0.0, y + _GAP))
-                draw_box(ax, -half, y + _GAP, _BOX_WIDTH, height, label, color=box_colour, fontsize=8)
+                draw_box(ax, -half, y + _GAP, _BOX_WIDTH, height, label, color=box_colour, fontsize=9)
                 if step == "sublayer" and part.kind == "cross-attention":
                     mid = y + _GAP + height / 2
                     draw_arrow(ax, (_RIGHT - 0.05, mid), (half + 0.05, mid))
-                    ax.text(_RIGHT - 0.05, mid + 0.12, "memory\n(encoder)", ha="right", va="bottom", fontsize=8)
+                    ax.text(_RIGHT - 0.05, mid + 0.12, "memory\n(encoder)", ha="right", va="bottom", fontsize=9)
                 y += _GAP + height
         # the skip connection: from the branch point, up the left side, into the add node
         ax.plot([0.0, _SKIP_X, _SKIP_X], [branch_y, branch_y, add_y], color="black", linewidth=1.2)
         draw_arrow(ax, (_SKIP_X, add_y), (-_ADD_RADIUS, add_y))
         ax.text(_SKIP_X - 0.08, (branch_y + add_y) / 2, "residual", rotation=90, ha="right", va="center",
-                fontsize=8)
+                fontsize=9)
     draw_arrow(ax, (0.0, y), (0.0, y + 0.5))
-    ax.text(0.0, y + 0.7, f"output  (B, T, d_model={width})", ha="center", va="center", fontsize=8)
+    ax.text(0.0, y + 0.7, f"output  (B, T, d_model={width})", ha="center", va="center", fontsize=9)
     if layer.norm_first:
         ax.text(0.0, y + 1.05, "(a Pre-LN stack ends with one more LayerNorm)", ha="center", va="center",
-                fontsize=8, style="italic")
+                fontsize=9, style="italic")
     frame = FancyBboxPatch((_SKIP_X - 0.3, -0.55), half - _SKIP_X + 0.6, y + 0.12 + 0.55,
                            boxstyle="round,pad=0.02,rounding_size=0.15", facecolor="none",
                            edgecolor="grey", linestyle="--", linewidth=1.0)

@@ -78,14 +78,14 @@ def plot_mha_pipeline(module: MultiHeadAttention, max_heads_drawn: int = 4) -> F
     rows = len(drawn)
     spacing = 0.85
     height = max(2.4, rows * spacing + 0.9)
-    fig = new_figure(11.0, 0.75 * height + 0.5)
+    fig = new_figure(10.2, 0.75 * height + 0.5)
     ax = blank_axes(fig.add_subplot(), (-0.1, 16.4), (0.0, height))
     ax.set_title(f"Multi-head attention read off MultiHeadAttention(d_model={module.d_model}, "
                  f"num_heads={h})", fontsize=11)
     mid = (height - 0.6) / 2
     box_h = 1.0
-    draw_box(ax, 0.0, mid - box_h / 2, 1.7, box_h, labels["input"], color=PALETTE["embedding"], fontsize=9.5)
-    draw_box(ax, 2.2, mid - box_h / 2, 2.3, box_h, labels["projections"], color=PALETTE["projection"], fontsize=9.5)
+    draw_box(ax, 0.0, mid - box_h / 2, 1.7, box_h, labels["input"], color=PALETTE["embedding"], fontsize=10)
+    draw_box(ax, 2.2, mid - box_h / 2, 2.3, box_h, labels["projections"], color=PALETTE["projection"], fontsize=10)
     ax.texts[-1].set_color("white")
     draw_arrow(ax, (1.75, mid), (2.15, mid))
     heads_mid = (height - 0.6) / 2
@@ -97,14 +97,14 @@ def plot_mha_pipeline(module: MultiHeadAttention, max_heads_drawn: int = 4) -> F
             ax.text(head_x + head_w / 2, y, "⋮", ha="center", va="center", fontsize=16)
             continue
         draw_box(ax, head_x, y - 0.33, head_w, 0.66, labels["head"].replace("{i}", str(i)), color=PALETTE["attention"],
-                 fontsize=9.5)
+                 fontsize=10)
         draw_arrow(ax, (4.55, mid), (head_x - 0.05, y), connectionstyle="arc3,rad=0.0")
         draw_arrow(ax, (head_x + head_w + 0.05, y), (11.25, mid), connectionstyle="arc3,rad=0.0")
-    draw_box(ax, 11.3, mid - box_h / 2, 1.5, box_h, labels["concat"], color=PALETTE["neutral"], fontsize=9.5)
-    draw_box(ax, 13.2, mid - box_h / 2, 1.2, box_h, labels["output_projection"], color=PALETTE["projection"], fontsize=9.5)
+    draw_box(ax, 11.3, mid - box_h / 2, 1.5, box_h, labels["concat"], color=PALETTE["neutral"], fontsize=10)
+    draw_box(ax, 13.2, mid - box_h / 2, 1.2, box_h, labels["output_projection"], color=PALETTE["projection"], fontsize=10)
     ax.texts[-1].set_color("white")
     draw_arrow(ax, (12.85, mid), (13.15, mid))
-    draw_box(ax, 14.8, mid - box_h / 2, 1.55, box_h, labels["output"], color=PALETTE["output"], fontsize=9.5)
+    draw_box(ax, 14.8, mid - box_h / 2, 1.55, box_h, labels["output"], color=PALETTE["output"], fontsize=10)
     draw_arrow(ax, (14.45, mid), (14.75, mid))
     return fig
 
@@ -135,7 +135,7 @@ def plot_head_maps(weights: torch.Tensor, tokens: Sequence[str], titles: Sequenc
     if len(titles) != h:
         raise ValueError(f"titles must have H={h} entries, got {len(titles)}")
     data = weights.detach().double().cpu().numpy()
-    fig = new_figure(2.4 * h + 0.8, 3.2)
+    fig = new_figure(2.0 * h + 0.6, 2.9)
     axes = fig.subplots(1, h, squeeze=False)[0]
     ticks = np.arange(t)
     image = None

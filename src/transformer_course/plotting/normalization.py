@@ -81,7 +81,7 @@ def plot_norm_axes(x: torch.Tensor, eps: float = 1e-5) -> Figure:
     vmax = float(max(p.abs().max() for p, _ in panels))
     n, d = x.shape
     # Two panels a row, so each column keeps room for its margin numbers at a readable size.
-    figure = new_figure(10.0, 2 * (0.36 * n + 1.6))
+    figure = new_figure(9.0, 2 * (0.36 * n + 1.6))
     axes = figure.subplots(2, 2).ravel()
     for ax, (values, title) in zip(axes, panels):
         _heatmap_with_margins(ax, values.numpy(), title, vmax)
@@ -162,7 +162,7 @@ def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, 
     colours = {"no warm-up": _POST, "warm-up": _PRE}
     placements = list(dict.fromkeys(runs.columns.get_level_values("placement")))
     top = max(chance + 0.6, 1.05 * float(smooth.max().max()))  # room for the chance label and the first steps
-    figure = new_figure(4.6 * len(placements), 3.8)
+    figure = new_figure(4.3 * len(placements), 3.6)
     axes = np.atleast_1d(figure.subplots(1, len(placements), sharey=True))
     for ax, placement in zip(axes, placements):
         for (warmup, seed), curve in smooth[placement].items():

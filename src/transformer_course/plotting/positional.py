@@ -132,7 +132,7 @@ def plot_alibi_bias(bias: torch.Tensor, slopes: torch.Tensor | None = None, caus
         future = torch.ones(t, t, dtype=torch.bool).triu(1)  # (T, T), True above the diagonal
         values[:, future] = float("nan")
     vmin = float(torch.nan_to_num(values, nan=0.0).min())
-    fig = new_figure(2.3 * h + 1.0, 3.0)
+    fig = new_figure(2.0 * h + 0.7, 2.8)
     axes = fig.subplots(1, h, squeeze=False)[0]
     image = None
     for head, ax in enumerate(axes):

@@ -59,38 +59,38 @@ def plot_rnn_vs_transformer(rnn: nn.Module, layer: nn.Module, n: int = 5) -> Fig
     for name, module in (("rnn", rnn), ("layer", layer)):
         if not isinstance(module, nn.Module):
             raise TypeError(f"{name} must be a torch.nn.Module, got {type(module).__name__}")
-    fig = new_figure(11, 4.6)
+    fig = new_figure(9.9, 4.6)
     left, right = fig.subplots(1, 2, width_ratios=[1.15, 1])
     width = n * 1.6 + 0.6
     blank_axes(left, (-0.3, width), (-1.4, 4.6))
     left.set_title(f"RNN ({type(rnn).__name__}, D={rnn.d_model}): n = {n} steps, one after another")
     for t in range(n):
         x0 = 0.2 + 1.6 * t
-        draw_box(left, x0, 1.0, 1.0, 1.0, f"cell\nstep {t + 1}", color=PALETTE["recurrent"], fontsize=9.5)
-        draw_box(left, x0 + 0.15, -0.9, 0.7, 0.6, f"$x_{{{t + 1}}}$", color=PALETTE["embedding"], fontsize=9.5)
+        draw_box(left, x0, 1.0, 1.0, 1.0, f"cell\nstep {t + 1}", color=PALETTE["recurrent"], fontsize=10)
+        draw_box(left, x0 + 0.15, -0.9, 0.7, 0.6, f"$x_{{{t + 1}}}$", color=PALETTE["embedding"], fontsize=10)
         draw_arrow(left, (x0 + 0.5, -0.3), (x0 + 0.5, 1.0))
         draw_arrow(left, (x0 + 0.5, 2.0), (x0 + 0.5, 2.9))
         left.text(x0 + 0.5, 3.2, f"$h_{{{t + 1}}}$", ha="center", va="center")
         if t < n - 1:
             draw_arrow(left, (x0 + 1.0, 1.5), (x0 + 1.6, 1.5), color=PALETTE["output"])
-            left.text(x0 + 1.3, 1.75, f"$h_{{{t + 1}}}$", ha="center", fontsize=9.5, color=PALETTE["output"])
+            left.text(x0 + 1.3, 1.75, f"$h_{{{t + 1}}}$", ha="center", fontsize=10, color=PALETTE["output"])
     left.text(width / 2, 4.1, r"$h_t = \tanh(W_{ih}x_t + W_{hh}h_{t-1} + b)$: step t waits for step t-1",
-              ha="center", fontsize=9.5)
+              ha="center", fontsize=10)
     rows = _block_rows(layer)
     height = 0.75 * len(rows)
     blank_axes(right, (-0.3, width), (-1.4, height + 2.6))
     right.set_title(f"Transformer block ({type(layer).__name__}): all n = {n} tokens in one pass")
     for index, (label, colour) in enumerate(rows):
         draw_box(right, 0.2, 0.4 + 0.75 * index, width - 0.6, 0.6, label.replace("\n", "  "), color=colour,
-                 fontsize=9.5)
+                 fontsize=10)
     for t in range(n):
         x0 = 0.2 + 1.6 * t
-        draw_box(right, x0 + 0.15, -0.9, 0.7, 0.6, f"$x_{{{t + 1}}}$", color=PALETTE["embedding"], fontsize=9.5)
+        draw_box(right, x0 + 0.15, -0.9, 0.7, 0.6, f"$x_{{{t + 1}}}$", color=PALETTE["embedding"], fontsize=10)
         draw_arrow(right, (x0 + 0.5, -0.3), (x0 + 0.5, 0.4))
         draw_arrow(right, (x0 + 0.5, 0.4 + height - 0.15), (x0 + 0.5, 0.4 + height + 0.6))
         right.text(x0 + 0.5, 0.4 + height + 0.9, f"$y_{{{t + 1}}}$", ha="center", va="center")
     right.text(width / 2, height + 2.0, f"{len(rows)} stacked stages, the same for any n; no arrow between tokens",
-               ha="center", fontsize=9.5)
+               ha="center", fontsize=10)
     return fig
 
 

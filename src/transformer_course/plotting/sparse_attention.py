@@ -94,7 +94,7 @@ def plot_attention_cost(counts: pd.DataFrame, measured: pd.DataFrame | None = No
         if frame is not None and (not isinstance(frame, pd.DataFrame) or not set(columns) <= set(frame.columns)):
             raise ValueError(f"{name} must be a DataFrame with columns {columns}")
     panels = 1 if measured is None else 3
-    fig = new_figure(3.6 * panels, 3.4)
+    fig = new_figure(3.1 * panels, 3.2)
     axes = fig.subplots(1, panels, squeeze=False)[0]
     ax = axes[0]
     t = counts.index.to_numpy()
