@@ -11,14 +11,20 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("benchmarks_run", ROOT / "benchmarks" / "run.py")
-benchmarks_run = importlib.util.module_from_spec(spec)
-sys.modules["benchmarks_run"] = benchmarks_run  # its dataclass looks its module up while being defined
-spec.loader.exec_module(benchmarks_run)
+
+
+def _load_script(name: str, path: Path):
+    """Import a script of benchmarks/ as a module (it is not in a package)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # run.py's dataclass looks its module up while being defined
+    spec.loader.exec_module(module)
+    return module
+
+
+benchmarks_run = _load_script("benchmarks_run", ROOT / "benchmarks" / "run.py")
+course_timing = _load_script("course_timing", ROOT / "benchmarks" / "course_timing.py")
 Case = benchmarks_run.Case
-timing_spec = importlib.util.spec_from_file_location("course_timing", ROOT / "benchmarks" / "course_timing.py")
-course_timing = importlib.util.module_from_spec(timing_spec)
-timing_spec.loader.exec_module(course_timing)
 
 
 def test_quick_benchmark_produces_a_correct_table(tmp_path):
