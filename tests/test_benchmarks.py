@@ -69,7 +69,7 @@ def test_course_timing_page_collapses_the_slowest_cells(tmp_path):
     table, _, rest = page.partition(":::{dropdown}")
     assert "| dl0027_x | 8.8 | 60 |" in table and "`" not in table  # code only inside the collapsed block
     assert "cell 28, 2.4 s: `start = 'x'`" in rest and rest.rstrip().endswith(":::")
-    assert "The ten chapters: 8.8 s (budget 200 s)" in page
+    assert "The ten chapters: 8.8 s (budget 240 s)" in page
 
 
 def test_full_run_cases_cover_what_readers_run():

@@ -187,3 +187,21 @@ def test_no_stored_output_prints_rounding_noise(path):
                        for output in cell.outputs)
         noise = re.search(r"\b\d\.\de-1[3-9]\b", text)
         assert noise is None, f"prints rounding noise {noise.group()} in {cell.source.splitlines()[0]!r}"
+
+
+BARE_SEED = re.compile(r"\b(?:seed\s*=\s*\d+|manual_seed\(\s*\d+\s*\)|seeded\(\s*\d+\s*\)|seeds\s*=\s*(?:range\(\s*\d|[(\[]\s*\d))")
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name.startswith("dl")], ids=lambda p: p.stem)
+def test_every_seed_of_a_chapter_derives_from_its_base_seed(path):
+    """COURSE_SEED changes every draw: no code cell seeds anything with a bare number."""
+    bare = [(index, match.group()) for index, cell in enumerate(_code_cells(nbformat.read(path, as_version=4)))
+            for match in BARE_SEED.finditer(cell.source)]
+    assert not bare, f"bare literal seeds (derive them from course_seed()): {bare}"
+
+
+def test_the_seed_check_finds_bare_seeds():
+    for literal in ("seed=0", "manual_seed(7)", "seeded(3)", "seeds=(0, 1, 2)", "seeds = range(8)"):
+        assert BARE_SEED.search(literal), literal
+    for derived in ("seed=SEED", "manual_seed(SEED + 7)", "seeds=range(SEED, SEED + 8)", "seeded(seed)"):
+        assert not BARE_SEED.search(derived), derived

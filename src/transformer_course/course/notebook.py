@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import platform
 import random
 from functools import partial
@@ -16,6 +17,7 @@ from matplotlib.figure import Figure
 from transformer_course import __version__
 from transformer_course._exhibit import exhibit, made_by
 from transformer_course._validation import check_int
+from transformer_course.experiments.claims import CLAIMS_ATTR
 from transformer_course.plotting.style import smallest_text_points, use_course_style
 
 PROVENANCE_KEY = "transformer_course"  # the key of the output metadata that names an exhibit's maker
@@ -65,7 +67,9 @@ def enable_inline_figures() -> bool:
     nbval, so stored outputs stay portable across CPUs). Every output that shows a stamped figure or
     table (see ``transformer_course._exhibit``) also gets the stamp in its metadata,
     ``{"transformer_course": {"made_by": ...}}``, which ``course.provenance`` reads from the stored
-    notebook. Returns False outside IPython (nothing to do).
+    notebook; a table of checked conclusions (``experiments.claims.check_claims``) adds its
+    statements, ``{"transformer_course": {"claims": [...]}}``, which ``tests/test_calibration.py``
+    matches with the calibration records. Returns False outside IPython (nothing to do).
     """
     try:
         from IPython import get_ipython
@@ -86,9 +90,15 @@ def enable_inline_figures() -> bool:
 
         def format_and_record(obj: Any, *args: Any, **kwargs: Any) -> tuple[dict, dict]:
             data, metadata = original(obj, *args, **kwargs)
+            record = {}
             maker = made_by(obj)
             if maker is not None:
-                metadata = {**metadata, PROVENANCE_KEY: {"made_by": maker}}
+                record["made_by"] = maker
+            claims = getattr(getattr(obj, "data", obj), "attrs", {}).get(CLAIMS_ATTR) if not isinstance(obj, Figure) else None
+            if claims:
+                record["claims"] = list(claims)
+            if record:
+                metadata = {**metadata, PROVENANCE_KEY: record}
             return data, metadata
 
         format_and_record.records_exhibits = True
@@ -96,14 +106,37 @@ def enable_inline_figures() -> bool:
     return True
 
 
-def setup_notebook(seed: int = 0) -> torch.device:
-    """Seed everything, round printed numbers, show figures inline, set the plot style; return the device."""
+SEED_VARIABLE = "COURSE_SEED"  # the environment variable that sets a chapter's base seed
+
+
+def course_seed() -> int:
+    """The chapter's base seed: the environment variable ``COURSE_SEED`` if set, else 0.
+
+    Every random draw of a chapter derives from this one number (``course_seed() + k``), so
+    re-running a chapter with ``COURSE_SEED=7`` shows another draw of every experiment in it.
+    """
+    text = os.environ.get(SEED_VARIABLE, "").strip()
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise ValueError(f"{SEED_VARIABLE} must be a non-negative integer, got {text!r}")
+    return int(text)
+
+
+def setup_notebook(seed: int | None = None) -> torch.device:
+    """Seed everything, round printed numbers, show figures inline, set the plot style; return the device.
+
+    ``seed`` defaults to the base seed ``course_seed()`` (the environment variable ``COURSE_SEED``,
+    else 0), which it prints, so a reader sees which draw the outputs come from.
+    """
+    seed = course_seed() if seed is None else check_int("seed", seed, minimum=0)
     enable_inline_figures()
     seed_everything(seed)
     torch.set_printoptions(precision=4, sci_mode=False)
     np.set_printoptions(precision=4, suppress=True)
     pd.set_option("display.precision", 2)
     use_course_style()
+    print(f"Base seed {seed} (set the environment variable {SEED_VARIABLE} to draw again).")
     return best_device()
 
 
