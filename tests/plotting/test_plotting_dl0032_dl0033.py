@@ -1,3 +1,4 @@
+import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
@@ -6,7 +7,8 @@ from transformer_course.measure.cost import component_share_table, crossover_len
 from transformer_course.nn.layers import EncoderLayer
 from transformer_course.nn.rnn import ElmanRNN
 from transformer_course.plotting.cost import plot_component_shares, plot_share_vs_length, plot_time_vs_flops
-from transformer_course.plotting.sequential_vs_parallel import (plot_dependency_depth, plot_gradient_reach,
+from transformer_course.plotting.sequential_vs_parallel import (depth_growth, plot_dependency_depth,
+                                                                plot_gradient_ensemble, plot_gradient_reach,
                                                                 plot_rnn_vs_transformer)
 
 
@@ -37,13 +39,30 @@ def test_curves():
     depths = pd.DataFrame({"RNN": [9, 12, 18], "Transformer": [40, 40, 40]}, index=pd.Index([1, 2, 4], name="n"))
     fig = plot_dependency_depth(depths)
     labels = [line.get_label() for line in fig.axes[0].lines]
-    assert labels == ["RNN: +3 operations per token", "Transformer: +0 operations per token"]
+    assert labels == ["RNN: +3 operations per extra token", "Transformer: the same for every n"]
+    scan = pd.DataFrame({"scan": [5, 9, 13, 17, 21]}, index=pd.Index([1, 2, 4, 7, 9], name="n"))
+    assert plot_dependency_depth(scan).axes[0].lines[0].get_label() == "scan: +4 operations per doubling of n"
+    assert depth_growth(np.array([1, 2, 4]), np.array([1, 5, 6])) == "grows with n"
     grads = pd.DataFrame({"RNN": [1e-1, 1e-5], "Transformer": [0.2, 0.1]}, index=[2, 8])
     assert plot_gradient_reach(grads).axes[0].get_yscale() == "log"
     with pytest.raises(ValueError, match="depths must be a non-empty DataFrame"):
         plot_dependency_depth(pd.DataFrame())
     with pytest.raises(ValueError, match="gradients must be"):
         plot_gradient_reach([1, 2])
+
+
+def test_gradient_ensemble_figure():
+    index = pd.MultiIndex.from_product([["RNN", "Transformer"], [0, 1, 2]], names=["model", "seed"])
+    ensemble = pd.DataFrame({2: [0.1] * 6, 8: [1e-5] * 3 + [0.05] * 3, "factor per token": 0.5}, index=index)
+    fig = plot_gradient_ensemble(ensemble)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and len(ax.lines) == 2 * 3 + 2  # every seed, and a median per model
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["RNN (median of 3 seeds)",
+                                                                   "Transformer (median of 3 seeds)"]
+    with pytest.raises(ValueError, match="indexed by \\(model, seed\\)"):
+        plot_gradient_ensemble(pd.DataFrame({2: [1.0]}))
+    with pytest.raises(ValueError, match="two integer length columns"):
+        plot_gradient_ensemble(ensemble[[2, "factor per token"]])
 
 
 def test_cost_figures():

@@ -7,6 +7,7 @@ sub-layers of the block and their order); the curves are drawn from the tables o
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from torch import nn
@@ -89,8 +90,8 @@ def plot_rnn_vs_transformer(rnn: nn.Module, layer: nn.Module, n: int = 5) -> Fig
         draw_arrow(right, (x0 + 0.5, -0.3), (x0 + 0.5, 0.4))
         draw_arrow(right, (x0 + 0.5, 0.4 + height - 0.15), (x0 + 0.5, 0.4 + height + 0.6))
         right.text(x0 + 0.5, 0.4 + height + 0.9, f"$y_{{{t + 1}}}$", ha="center", va="center")
-    right.text(width / 2, height + 2.0, f"{len(rows)} stacked stages, the same for any n; no arrow between tokens",
-               ha="center", fontsize=10)
+    right.text(width / 2, height + 2.0, f"{len(rows)} stacked stages, the same for any n; tokens meet only\n"
+               "inside attention, all pairs at once, with no chain from token to token", ha="center", fontsize=10)
     return fig
 
 
@@ -113,17 +114,31 @@ def plot_dependency_depth(depths: pd.DataFrame) -> Figure:
         depths: ``dependency.depth_table`` output, indexed by n, one column per model.
 
     Returns:
-        The figure, with the slope of each line (operations per extra token) in the legend.
+        The figure. The legend gives each line's growth, read off the table: operations per extra
+        token when the depth is a + b n exactly, operations per doubling of n when it is
+        a + b ceil(log2 n) exactly, and nothing when it is neither.
     """
     fig, ax, lines = _per_length_axes("depths", depths, "depth_table")
     lengths = depths.index.to_numpy()
     for name, values, colour in lines:
-        slope = (values[-1] - values[0]) / (lengths[-1] - lengths[0]) if len(lengths) > 1 else 0.0
-        ax.plot(lengths, values, marker="o", color=colour, label=f"{name}: {slope:+g} operations per token")
+        ax.plot(lengths, values, marker="o", color=colour, label=f"{name}: {depth_growth(lengths, values)}")
     ax.set_ylabel("longest autograd path, token 1 to output n\n(operations that must run in order)")
     ax.legend(frameon=False)
     ax.grid(alpha=0.3)
     return fig
+
+
+def depth_growth(lengths: np.ndarray, values: np.ndarray) -> str:
+    """How a depth grows with n, in words: constant, linear in n or linear in ceil(log2 n) (exact fits only)."""
+    lengths, values = np.asarray(lengths), np.asarray(values, dtype=float)
+    if len(lengths) < 2 or np.all(values == values[0]):
+        return "the same for every n"
+    for basis, unit in ((lengths.astype(float), "per extra token"),
+                        (np.ceil(np.log2(lengths)), "per doubling of n")):
+        slope, intercept = np.polyfit(basis, values, 1)
+        if np.allclose(slope * basis + intercept, values, atol=1e-9, rtol=0):
+            return f"{slope:+.3g} operations {unit}"
+    return "grows with n"
 
 
 @exhibit
@@ -142,5 +157,41 @@ def plot_gradient_reach(gradients: pd.DataFrame) -> Figure:
     ax.set_ylabel(r"$\|\partial (u\cdot y_n) / \partial x_1\|$")
     ax.set_title("How much gradient from the last output reaches token 1")
     ax.legend(frameon=False)
+    ax.grid(alpha=0.3, which="both")
+    return fig
+
+
+@exhibit
+def plot_gradient_ensemble(ensemble: pd.DataFrame) -> Figure:
+    """Gradient reaching token 1 against n for several models, each over an ensemble of initialisations.
+
+    Args:
+        ensemble: ``experiments.gradient_reach.gradient_reach_ensemble`` output: indexed by
+            ("model", "seed"), one column per length n (int column names) holding gradient norms.
+
+    Returns:
+        The figure: per model, every seed as a faint line and the median as a bold line with
+        markers, on a logarithmic vertical axis.
+    """
+    if not isinstance(ensemble, pd.DataFrame) or ensemble.empty or ensemble.index.nlevels != 2:
+        raise ValueError("ensemble must be a non-empty DataFrame indexed by (model, seed), see gradient_reach_ensemble")
+    lengths = [c for c in ensemble.columns if isinstance(c, (int, np.integer))]
+    if len(lengths) < 2:
+        raise ValueError("ensemble must have at least two integer length columns")
+    fig = new_figure(7.2, 4.4)
+    ax = fig.subplots()
+    colours = [PALETTE["recurrent"], PALETTE["projection"], PALETTE["norm"], PALETTE["ffn"], PALETTE["attention"],
+               PALETTE["output"]]
+    models = list(dict.fromkeys(ensemble.index.get_level_values(0)))
+    for model, colour in zip(models, colours * 2):
+        curves = ensemble.loc[model, lengths].to_numpy(dtype=float)  # (seeds, lengths)
+        for curve in curves:
+            ax.semilogy(lengths, curve, color=colour, alpha=0.35, lw=0.8)
+        ax.semilogy(lengths, np.median(curves, axis=0), color=colour, lw=2.2, marker="o",
+                    label=f"{model} (median of {len(curves)} seeds)")
+    ax.set_xlabel("sequence length n")
+    ax.set_ylabel(r"$\|\partial (u\cdot y_n) / \partial x_1\|$")
+    ax.set_title("Gradient from the last output reaching token 1 (thin lines: single seeds)")
+    ax.legend(frameon=False, fontsize=9, loc="lower left")
     ax.grid(alpha=0.3, which="both")
     return fig
