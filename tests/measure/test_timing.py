@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from transformer_course.measure.cost import BLOCK_COMPONENTS, block_flops
-from transformer_course.measure.timing import forward_time_table, median_times, threads, time_block_components
+from transformer_course.measure.timing import (forward_time_table, machine_peaks, median_times, round_times, threads,
+                                              time_block_components)
 from transformer_course.nn.layers import EncoderLayer
 from transformer_course.nn.rnn import ElmanRNN
 
@@ -48,7 +49,8 @@ def test_threads_context_validates():
 def test_time_block_components_structure():
     frame = time_block_components(8, 16, num_heads=2, expansion=2, repeats=1)
     assert list(frame.index) == list(BLOCK_COMPONENTS)
-    assert list(frame.columns) == ["time (ms)", "time share (%)", "FLOPs", "FLOP share (%)"]
+    assert list(frame.columns) == ["time (ms)", "time share (%)", "lowest share (%)", "highest share (%)", "FLOPs",
+                                   "FLOP share (%)"]
     assert (frame["time (ms)"] > 0).all()
     assert frame["time share (%)"].sum() == pytest.approx(100)
     assert frame["FLOP share (%)"].sum() == pytest.approx(100)
@@ -56,5 +58,29 @@ def test_time_block_components_structure():
     assert frame.loc["ffn", "FLOPs"] == parts["ffn"]
     with pytest.raises(ValueError, match="d must be divisible by num_heads"):
         time_block_components(8, 10, num_heads=4)
+    with pytest.raises(ValueError, match="statistic must be"):
+        time_block_components(8, 16, num_heads=2, statistic="mean")
+    with pytest.raises(ValueError, match="groups must be <= repeats"):
+        time_block_components(8, 16, num_heads=2, repeats=2, groups=3)
+
+
+def test_time_block_components_min_statistic_and_groups():
+    frame = time_block_components(8, 16, num_heads=2, repeats=4, groups=2, statistic="min", number=2)
+    assert frame["time share (%)"].sum() == pytest.approx(100)
+    assert (frame["lowest share (%)"] <= frame["highest share (%)"]).all()
+    single = time_block_components(8, 16, num_heads=2, repeats=2, groups=1)
+    assert (single["lowest share (%)"] == single["highest share (%)"]).all()
+
+
+def test_round_times_and_machine_peaks():
+    rounds = round_times({"a": lambda: None, "b": lambda: None}, repeats=3, number=2)
+    assert list(rounds.columns) == ["a", "b"] and len(rounds) == 3 and (rounds > 0).all().all()
+    with pytest.raises(ValueError, match="number must be >= 1"):
+        round_times({"a": lambda: None}, number=0)
+    peaks = machine_peaks(size=32, copy_megabytes=0.25, repeats=2)
+    assert peaks["peak FLOP/s"] > 0 and peaks["bandwidth (bytes/s)"] > 0
+    assert peaks["ridge (FLOPs per byte)"] == pytest.approx(peaks["peak FLOP/s"] / peaks["bandwidth (bytes/s)"])
+    with pytest.raises(ValueError, match="copy_megabytes must be"):
+        machine_peaks(copy_megabytes=0)
     with pytest.raises(ValueError, match="expansion"):
         time_block_components(8, 16, num_heads=2, expansion=1.03)

@@ -6,7 +6,8 @@ from matplotlib.figure import Figure
 from transformer_course.measure.cost import component_share_table, crossover_length, flop_share_table
 from transformer_course.nn.layers import EncoderLayer
 from transformer_course.nn.rnn import ElmanRNN
-from transformer_course.plotting.cost import plot_component_shares, plot_share_vs_length, plot_time_vs_flops
+from transformer_course.plotting.cost import (plot_component_shares, plot_roofline, plot_share_vs_length,
+                                             plot_time_vs_flops)
 from transformer_course.plotting.sequential_vs_parallel import (depth_growth, plot_dependency_depth,
                                                                 plot_gradient_ensemble, plot_gradient_reach,
                                                                 plot_rnn_vs_transformer)
@@ -74,6 +75,16 @@ def test_cost_figures():
     assert len(bars.axes[0].patches) == 10  # 5 components x 2 lengths
     timed = pd.DataFrame({"time share (%)": [60, 40], "FLOP share (%)": [10, 90]}, index=["softmax", "ffn"])
     assert len(plot_time_vs_flops(timed).axes[0].patches) == 4
+    spread = timed.assign(**{"lowest share (%)": [50, 30], "highest share (%)": [70, 45]})
+    assert len(plot_time_vs_flops(spread).axes[0].collections) >= 1  # the range markers
+    traffic = pd.DataFrame({"FLOPs": [10, 1000], "bytes": [16, 10]}, index=["softmax", "ffn"])
+    traffic["FLOPs per byte"] = traffic["FLOPs"] / traffic["bytes"]
+    peaks = pd.Series({"peak FLOP/s": 1e11, "bandwidth (bytes/s)": 1e10})
+    roof = plot_roofline(traffic, peaks, pd.DataFrame({"time (ms)": [1.0, 1.0]}, index=["softmax", "ffn"]))
+    ax = roof.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log" and "ridge: 10.0" in _texts(roof)
+    with pytest.raises(ValueError, match="peaks must be a Series"):
+        plot_roofline(traffic, {"peak FLOP/s": 1})
     with pytest.raises(ValueError, match="missing columns"):
         plot_share_vs_length(pd.DataFrame({"x": [1]}), 1, 1)
     with pytest.raises(ValueError, match="components must be a non-empty DataFrame"):

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_course._exhibit import exhibit
@@ -57,7 +58,7 @@ def block_flops(n: int, d: int, expansion: float = 4, num_heads: int = 8) -> dic
     if d_ff != int(d_ff):
         raise ValueError(f"expansion * d must be an integer d_ff, got expansion={expansion}, d={d}")
     d_ff = int(d_ff)
-    parts = {
+    parts = {  # "softmax" is an estimate; count_elementwise_operations(explicit_softmax) checks it
         "qkvo_projections": 4 * 2 * n * d * d,
         "scores_qk": 2 * n * n * d,
         "weighted_values_av": 2 * n * n * d,
@@ -185,15 +186,7 @@ def crossover_length(d: int, expansion: float = 4, num_heads: int = 8) -> int:
         parts = block_flops(n, d, expansion, num_heads)
         return parts["attention"] >= parts["ffn"]
 
-    low, high = 1, 1
-    while not attention_reaches_ffn(high):  # the n^2 term wins eventually: double until it does
-        low, high = high, 2 * high
-    if attention_reaches_ffn(low):
-        return low
-    while high - low > 1:  # invariant: not at low, reached at high
-        middle = (low + high) // 2
-        low, high = (low, middle) if attention_reaches_ffn(middle) else (middle, high)
-    return high
+    return _first_length(attention_reaches_ffn)
 
 
 @exhibit
@@ -289,4 +282,188 @@ def parameter_groups(model: nn.Module) -> pd.DataFrame:
     frame["share (%)"] = 100 * frame["parameters"] / total
     frame["share without embeddings (%)"] = (100 * frame["parameters"] / (total - counts[rest])).where(
         frame.index != rest)
+    return frame
+
+
+def _first_length(reached: Callable[[int], bool]) -> int:
+    """Smallest n >= 1 with ``reached(n)``, for a predicate that stays true once true (doubling + bisection)."""
+    low, high = 1, 1
+    while not reached(high):
+        low, high = high, 2 * high
+    if reached(low):
+        return low
+    while high - low > 1:  # invariant: not at low, reached at high
+        middle = (low + high) // 2
+        low, high = (low, middle) if reached(middle) else (middle, high)
+    return high
+
+
+def quadratic_crossover_length(d: int, expansion: float = 4, num_heads: int = 8) -> int:
+    """Smallest n at which the quadratic pair (Q K^T and A V) reaches all the block's linear work.
+
+    The linear work is the projections and the FFN, 8 n d^2 + 4 e n d^2; the pair costs 4 n^2 d;
+    they meet at n = (e + 2) d, 6d for e = 4 (three times the attention-vs-FFN crossover 2d). Found by
+    bisection on ``block_flops``, not from that formula, so the chapter can check one with the other.
+    """
+    def pair_reaches_linear(n: int) -> bool:
+        parts = block_flops(n, d, expansion, num_heads)
+        return parts["scores_qk"] + parts["weighted_values_av"] >= parts["qkvo_projections"] + parts["ffn"]
+
+    return _first_length(pair_reaches_linear)
+
+
+def matrix_weight_count(module: nn.Module) -> int:
+    """Entries of ``module``'s matrices (parameters with two or more dimensions): N without biases and norms.
+
+    This is the N of Kaplan et al. (2020), whose forward pass costs 2N FLOPs per token (one multiply-add
+    per weight) when embeddings, biases and normalisations are left out.
+    """
+    check_instance("module", module, nn.Module, "torch.nn.Module")
+    return sum(p.numel() for p in module.parameters() if p.dim() >= 2)
+
+
+def kaplan_flops_per_token(d: int, n_ctx: int, expansion: float = 4, n_layer: int = 1) -> dict[str, int]:
+    """Kaplan et al. (2020), Table 1: forward FLOPs per token of a decoder, C_forward = 2N + 2 n_layer n_ctx d.
+
+    N = n_layer (4 d^2 + 2 e d^2) counts the non-embedding weights (d_attn = d); the context term is
+    the paper's single "Attention: Mask" row. The training cost per token is about 3 C_forward (the
+    backward pass costs twice the forward), C ~ 6N for short contexts.
+
+    Returns:
+        dict with "2N", "context" (2 n_layer n_ctx d), "forward" (their sum) and "training" (3 x forward).
+    """
+    d = check_int("d", d, minimum=1)
+    n_ctx = check_int("n_ctx", n_ctx, minimum=1)
+    n_layer = check_int("n_layer", n_layer, minimum=1)
+    expansion = check_positive_float("expansion", expansion)
+    weights = n_layer * (4 * d * d + 2 * expansion * d * d)
+    if weights != int(weights):
+        raise ValueError(f"expansion * d must be an integer d_ff, got expansion={expansion}, d={d}")
+    parts = {"2N": 2 * int(weights), "context": 2 * n_layer * n_ctx * d}
+    parts["forward"] = parts["2N"] + parts["context"]
+    parts["training"] = 3 * parts["forward"]
+    return parts
+
+
+def measure_training_flops(module: nn.Module, x: torch.Tensor) -> dict[str, int]:
+    """FLOPs of ``module(x)`` forward and of its backward pass, counted by ``FlopCounterMode``.
+
+    ``x`` is given ``requires_grad`` (as the activations inside a deep model have), so the backward
+    pass computes the gradient with respect to every matrix product's inputs and weights; the loss
+    is the sum of the output. Attention runs through the hand-written path.
+
+    Returns:
+        dict with "forward", "backward" and "total".
+    """
+    check_instance("module", module, nn.Module, "torch.nn.Module")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    x = x.detach().clone().requires_grad_(True)
+    forward_counter, backward_counter = FlopCounterMode(display=False), FlopCounterMode(display=False)
+    with hand_written_attention(module):
+        with forward_counter:
+            output = module(x)
+        with backward_counter:
+            output.sum().backward()
+    module.zero_grad(set_to_none=True)
+    forward, backward = int(forward_counter.get_total_flops()), int(backward_counter.get_total_flops())
+    return {"forward": forward, "backward": backward, "total": forward + backward}
+
+
+def explicit_softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax written as its five elementwise steps: max, subtract, exp, sum, divide (equal to ``torch.softmax``)."""
+    if not isinstance(scores, torch.Tensor):
+        raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}")
+    shifted = scores - scores.amax(dim=dim, keepdim=True)  # max, subtract: exp cannot overflow
+    exps = shifted.exp()
+    return exps / exps.sum(dim=dim, keepdim=True)  # sum, divide
+
+
+class _ElementwiseCounter(TorchFunctionMode):
+    """Counts the elements each torch call touches: the largest tensor among its inputs and output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.operations: list[tuple[str, int]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if isinstance(result, torch.Tensor):
+            tensors.append(result)
+        name = getattr(func, "__name__", str(func))
+        if tensors and name not in ("__get__", "dim", "size", "shape"):
+            self.operations.append((name.strip("_"), max(t.numel() for t in tensors)))
+        return result
+
+
+def count_elementwise_operations(fn: Callable[[], object]) -> list[tuple[str, int]]:
+    """(operation, elements touched) for every torch call of ``fn()``, in order (no grad).
+
+    One operation on each element of the largest tensor involved: a reduction over n numbers counts
+    n, an elementwise map of n numbers counts n. ``FlopCounterMode`` counts only matrix products, so
+    this is how the chapter counts the softmax.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    counter = _ElementwiseCounter()
+    with counter, torch.no_grad():
+        fn()
+    return counter.operations
+
+
+def operation_traffic(n: int, d: int, num_heads: int = 8, expansion: float = 4, batch: int = 1,
+                      dtype: torch.dtype = torch.float32, seed: int = 0) -> pd.DataFrame:
+    """FLOPs and bytes of each component of one block, read off real tensors of the right shapes.
+
+    Each component is run once on random tensors: "qkvo_projections" (four linear maps),
+    "scores_qk" (Q K^T), "softmax", "weighted_values_av" (A V) and "ffn" (two linear maps and a ReLU).
+    FLOPs: counted by ``FlopCounterMode`` for the matrix products; the softmax's by
+    ``count_elementwise_operations`` on ``explicit_softmax``. Bytes: the ``nbytes`` of every operand
+    and result of every call: the least memory traffic if each is read or written once.
+
+    Returns:
+        DataFrame indexed by "component" (``BLOCK_COMPONENTS``) with columns "FLOPs", "bytes" and
+        "FLOPs per byte" (the arithmetic intensity).
+    """
+    flops_check = block_flops(n, d, expansion, num_heads)  # validates the sizes
+    if d % num_heads:
+        raise ValueError(f"d must be divisible by num_heads, got d={d}, num_heads={num_heads}")
+    batch = check_int("batch", batch, minimum=1)
+    d_ff, d_head = int(expansion * d), d // num_heads
+    generator = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
+
+    def random(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    x = random(batch, n, d)  # (B, T, D)
+    q, k, v = (random(batch, num_heads, n, d_head) for _ in range(3))  # (B, H, T, Dh)
+    scores = q @ k.transpose(-2, -1)  # (B, H, T, T)
+    weights = explicit_softmax(scores)  # (B, H, T, T)
+    projections = [(random(d, d), random(d)) for _ in range(4)]  # (D, D), (D,)
+    w1, b1, w2, b2 = random(d_ff, d), random(d_ff), random(d, d_ff), random(d)
+    hidden = torch.relu(torch.nn.functional.linear(x, w1, b1))  # (B, T, F)
+    calls = {  # component -> [(function, operands)]
+        "qkvo_projections": [(lambda w=w, b=b: torch.nn.functional.linear(x, w, b), (x, w, b)) for w, b in projections],
+        "scores_qk": [(lambda: q @ k.transpose(-2, -1), (q, k))],
+        "softmax": [(lambda: explicit_softmax(scores), (scores,))],
+        "weighted_values_av": [(lambda: weights @ v, (weights, v))],
+        "ffn": [(lambda: torch.relu(torch.nn.functional.linear(x, w1, b1)), (x, w1, b1)),
+                (lambda: torch.nn.functional.linear(hidden, w2, b2), (hidden, w2, b2))],
+    }
+    rows = []
+    for component in BLOCK_COMPONENTS:
+        flops = moved = 0
+        for fn, operands in calls[component]:
+            if component == "softmax":
+                flops += sum(count for _, count in count_elementwise_operations(fn))
+            else:
+                flops += count_flops(fn)
+            with torch.no_grad():
+                result = fn()
+            moved += sum(t.nbytes for t in operands) + result.nbytes
+        rows.append({"component": component, "FLOPs": flops, "bytes": moved})
+    frame = pd.DataFrame(rows).set_index("component")
+    frame["FLOPs per byte"] = frame["FLOPs"] / frame["bytes"]
+    del flops_check
     return frame

@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
@@ -25,14 +26,47 @@ from transformer_course._validation import check_int, check_sequence_models, che
 from .cost import BLOCK_COMPONENTS, block_flops
 
 
+def round_times(fns: Mapping[str, Callable[[], object]], repeats: int = 5, number: int = 1,
+                num_threads: int | None = None) -> pd.DataFrame:
+    """Seconds per call of each function in each of ``repeats`` interleaved rounds.
+
+    Each round times every function once with ``torch.utils.benchmark.Timer`` (``number`` calls,
+    averaged), which warms the call up, runs it with ``num_threads`` intra-op threads and waits for
+    a GPU to finish. Rounds interleave the functions, so a slow moment of a shared machine slows
+    every contender alike and their ratios stay fair.
+
+    Args:
+        fns: name -> function of no arguments.
+        repeats: number of rounds.
+        number: calls per timing (their mean is one round's value).
+        num_threads: PyTorch's intra-op threads while timing (default: the current count).
+
+    Returns:
+        DataFrame indexed by "round" (0 .. repeats - 1) with one column of seconds per function.
+
+    Raises:
+        TypeError: if ``fns`` is not a non-empty dict of callables.
+        ValueError: if ``repeats``, ``number`` or ``num_threads`` is < 1.
+    """
+    if not isinstance(fns, Mapping) or not fns:
+        raise TypeError(f"fns must be a non-empty dict of name -> callable, got {fns!r}")
+    for name, fn in fns.items():
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__} for {name!r}")
+    repeats = check_int("repeats", repeats, minimum=1)
+    number = check_int("number", number, minimum=1)
+    num_threads = torch.get_num_threads() if num_threads is None else check_int("num_threads", num_threads, minimum=1)
+    timers = {name: Timer(stmt="fn()", globals={"fn": fn}, num_threads=num_threads) for name, fn in fns.items()}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, timer in timers.items():
+            times[name].append(timer.timeit(number).median)
+    return pd.DataFrame(times, index=pd.RangeIndex(repeats, name="round"))
+
+
 def median_times(fns: Mapping[str, Callable[[], object]], repeats: int = 5,
                  num_threads: int | None = None) -> dict[str, float]:
-    """Median seconds of one call of each function, over ``repeats`` interleaved rounds.
-
-    Each round times every function once with ``torch.utils.benchmark.Timer``, which warms the
-    call up, runs it with ``num_threads`` intra-op threads and waits for a GPU to finish. Rounds
-    interleave the functions, so a slow moment of a shared machine slows every contender alike and
-    their ratios stay fair.
+    """Median seconds of one call of each function, over ``repeats`` interleaved rounds (``round_times``).
 
     Args:
         fns: name -> function of no arguments.
@@ -46,19 +80,8 @@ def median_times(fns: Mapping[str, Callable[[], object]], repeats: int = 5,
         TypeError: if ``fns`` is not a non-empty dict of callables.
         ValueError: if ``repeats`` or ``num_threads`` is < 1.
     """
-    if not isinstance(fns, Mapping) or not fns:
-        raise TypeError(f"fns must be a non-empty dict of name -> callable, got {fns!r}")
-    for name, fn in fns.items():
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, got {type(fn).__name__} for {name!r}")
-    repeats = check_int("repeats", repeats, minimum=1)
-    num_threads = torch.get_num_threads() if num_threads is None else check_int("num_threads", num_threads, minimum=1)
-    timers = {name: Timer(stmt="fn()", globals={"fn": fn}, num_threads=num_threads) for name, fn in fns.items()}
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, timer in timers.items():
-            times[name].append(timer.timeit(1).median)
-    return {name: statistics.median(values) for name, values in times.items()}
+    rounds = round_times(fns, repeats=repeats, num_threads=num_threads)
+    return {name: statistics.median(rounds[name].tolist()) for name in fns}
 
 
 @contextmanager
@@ -118,7 +141,8 @@ def _no_grad_call(module: nn.Module, x: torch.Tensor) -> Callable[[], object]:
 
 @exhibit
 def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float = 4, batch: int = 1,
-                          repeats: int = 5, seed: int = 0, num_threads: int | None = None) -> pd.DataFrame:
+                          repeats: int = 5, seed: int = 0, num_threads: int | None = None,
+                          statistic: str = "median", number: int = 1, groups: int = 1) -> pd.DataFrame:
     """Wall-clock time of each piece of one Transformer block beside its share of the FLOPs.
 
     The pieces are run as separate PyTorch calls on random inputs of the right shapes:
@@ -133,21 +157,34 @@ def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float =
         num_heads: heads H.
         expansion: FFN expansion e (F = e D).
         batch: batch size B (FLOPs are per block and batch, times B).
-        repeats: timed rounds (medians reported).
+        repeats: timed rounds.
         seed: seeds the inputs.
         num_threads: as in ``forward_time_table``.
+        statistic: "median" or "min" of the rounds: the minimum is the run least disturbed by
+            other work on the machine, the usual choice for a micro-benchmark on a shared CPU.
+        number: calls per round (averaged).
+        groups: the rounds are also split into this many consecutive groups, and the statistic's
+            shares computed for each group alone: their extremes show how much the estimate moves
+            between repetitions of the whole measurement.
 
     Returns:
-        DataFrame indexed by "component" (``BLOCK_COMPONENTS`` order) with columns "time (ms)",
-        "time share (%)", "FLOPs", "FLOP share (%)".
+        DataFrame indexed by "component" (``BLOCK_COMPONENTS`` order) with columns "time (ms)"
+        (the statistic over all rounds), "time share (%)" (of those times), "lowest share (%)" and
+        "highest share (%)" (the extremes of the share over the groups), "FLOPs", "FLOP share (%)".
 
     Raises:
-        TypeError, ValueError: for invalid sizes.
+        TypeError, ValueError: for invalid sizes or an unknown statistic.
     """
     flops = block_flops(n, d, expansion, num_heads)  # checks n, d, num_heads and that e d is an integer
     if d % num_heads:
         raise ValueError(f"d must be divisible by num_heads, got d={d}, num_heads={num_heads}")
+    if statistic not in ("median", "min"):
+        raise ValueError(f"statistic must be 'median' or 'min', got {statistic!r}")
     batch = check_int("batch", batch, minimum=1)
+    repeats = check_int("repeats", repeats, minimum=1)
+    groups = check_int("groups", groups, minimum=1)
+    if groups > repeats:
+        raise ValueError(f"groups must be <= repeats, got groups={groups}, repeats={repeats}")
     d_ff, d_head = int(expansion * d), d // num_heads
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, n, d, generator=generator)  # (B, T, D)
@@ -170,11 +207,50 @@ def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float =
         "ffn": lambda: linear2(torch.relu(linear1(x))),  # (B, T, D)
     }
     with torch.no_grad():
-        seconds = median_times(calls, repeats=repeats, num_threads=num_threads)
+        rounds = round_times(calls, repeats=repeats, number=number, num_threads=num_threads)
+    rounds = rounds[list(BLOCK_COMPONENTS)]
+    def reduce(frame: pd.DataFrame) -> pd.Series:
+        return frame.min() if statistic == "min" else frame.median()
+
+    seconds = reduce(rounds)
+    group_shares = pd.DataFrame([100 * reduce(part) / reduce(part).sum()
+                                 for part in (rounds.iloc[rows] for rows in np.array_split(np.arange(repeats), groups))])
     frame = pd.DataFrame({
-        "time (ms)": [1e3 * seconds[c] for c in BLOCK_COMPONENTS],
+        "time (ms)": 1e3 * seconds,
         "FLOPs": [batch * flops[c] for c in BLOCK_COMPONENTS],
     }, index=pd.Index(BLOCK_COMPONENTS, name="component"))
     frame.insert(1, "time share (%)", 100 * frame["time (ms)"] / frame["time (ms)"].sum())
+    frame.insert(2, "lowest share (%)", group_shares.min())
+    frame.insert(3, "highest share (%)", group_shares.max())
     frame["FLOP share (%)"] = 100 * frame["FLOPs"] / frame["FLOPs"].sum()
     return frame
+
+
+@exhibit
+def machine_peaks(size: int = 384, copy_megabytes: float = 8, repeats: int = 20,
+                  num_threads: int | None = None) -> pd.Series:
+    """This machine's measured peak arithmetic rate and memory bandwidth, for a roofline.
+
+    Peak FLOP/s: the fastest of ``repeats`` float32 (size x size) @ (size x size) products,
+    2 size^3 FLOPs each. Bandwidth: the fastest of ``repeats`` copies of a float32 tensor of
+    ``copy_megabytes`` MB, counting the bytes read and the bytes written; it is the bandwidth for
+    data of that size, from whichever level of the memory hierarchy holds it (a tensor that fits
+    in a cache is copied faster than one that does not). Both are minimum-time measurements, the
+    machine at its least disturbed; short calls (the defaults take about a millisecond) are
+    less often interrupted on a busy machine.
+
+    Returns:
+        Series with "peak FLOP/s", "bandwidth (bytes/s)" and "ridge (FLOPs per byte)", their ratio:
+        an operation with fewer FLOPs per byte than the ridge is limited by memory, not arithmetic.
+    """
+    size = check_int("size", size, minimum=1)
+    if isinstance(copy_megabytes, bool) or not isinstance(copy_megabytes, (int, float)) or not copy_megabytes > 0:
+        raise ValueError(f"copy_megabytes must be a positive number, got {copy_megabytes!r}")
+    a, b = torch.randn(size, size), torch.randn(size, size)  # (S, S)
+    source = torch.zeros(max(1, int(copy_megabytes * 2 ** 20) // 4))
+    target = torch.zeros_like(source)
+    rounds = round_times({"matmul": lambda: a @ b, "copy": lambda: target.copy_(source)}, repeats=repeats,
+                         num_threads=num_threads)
+    peak = 2 * size ** 3 / rounds["matmul"].min()
+    bandwidth = 2 * source.nbytes / rounds["copy"].min()
+    return pd.Series({"peak FLOP/s": peak, "bandwidth (bytes/s)": bandwidth, "ridge (FLOPs per byte)": peak / bandwidth})

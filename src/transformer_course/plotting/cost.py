@@ -109,7 +109,9 @@ def plot_time_vs_flops(components: pd.DataFrame) -> Figure:
     """Side-by-side bars: each component's share of the FLOPs and of the measured time.
 
     Args:
-        components: ``timing.time_block_components`` output.
+        components: ``timing.time_block_components`` output. When it has the columns "lowest share (%)"
+            and "highest share (%)", a black range marker on each time bar spans them (the spread of
+            the share over repeated measurements).
 
     Returns:
         The figure.
@@ -120,11 +122,72 @@ def plot_time_vs_flops(components: pd.DataFrame) -> Figure:
     positions = np.arange(len(components))
     ax.barh(positions + 0.2, components["FLOP share (%)"], height=0.4, color=PALETTE["neutral"],
             edgecolor="black", label="share of FLOPs")
-    ax.barh(positions - 0.2, components["time share (%)"], height=0.4,
+    share = components["time share (%)"].to_numpy()
+    ax.barh(positions - 0.2, share, height=0.4,
             color=[COMPONENT_COLOURS.get(c, PALETTE["neutral"]) for c in components.index], edgecolor="black",
             label="share of measured time")
+    spread = {"lowest share (%)", "highest share (%)"} <= set(components.columns)
+    if spread:
+        ax.errorbar((components["lowest share (%)"] + components["highest share (%)"]) / 2, positions - 0.2,
+                    xerr=(components["highest share (%)"] - components["lowest share (%)"]) / 2, fmt="none",
+                    ecolor="black", capsize=4, lw=1.2, label="range over repeated measurements")
     ax.set_yticks(positions, [COMPONENT_LABELS.get(c, c) for c in components.index])
     ax.invert_yaxis()
     ax.set_xlabel("share (%)")
-    ax.legend(frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2)
+    ax.legend(frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3 if spread else 2, fontsize=9)
+    return fig
+
+
+ROOFLINE_LABEL_OFFSETS = {  # points of offset and alignment, so that neighbouring labels do not overlap
+    "qkvo_projections": (0, -20, "center"),
+    "ffn": (6, 8, "left"),
+    "scores_qk": (-8, 8, "right"),
+    "weighted_values_av": (-8, -20, "right"),
+    "softmax": (6, 6, "left"),
+}
+
+
+@exhibit
+def plot_roofline(traffic: pd.DataFrame, peaks: pd.Series, timed: pd.DataFrame | None = None) -> Figure:
+    """A roofline: attainable FLOP/s against arithmetic intensity, with each block component on it.
+
+    Args:
+        traffic: ``cost.operation_traffic`` output (columns "FLOPs", "bytes", "FLOPs per byte").
+        peaks: ``timing.machine_peaks`` output ("peak FLOP/s", "bandwidth (bytes/s)").
+        timed: optional ``timing.time_block_components`` output for the same sizes: each component's
+            achieved FLOP/s (its FLOPs over its time) is drawn as a dot under its roof.
+
+    Returns:
+        The figure, both axes logarithmic.
+    """
+    traffic = _check_frame("traffic", traffic, ("FLOPs", "FLOPs per byte"))
+    if not isinstance(peaks, pd.Series) or not {"peak FLOP/s", "bandwidth (bytes/s)"} <= set(peaks.index):
+        raise ValueError("peaks must be a Series with 'peak FLOP/s' and 'bandwidth (bytes/s)' (see machine_peaks)")
+    peak, bandwidth = float(peaks["peak FLOP/s"]), float(peaks["bandwidth (bytes/s)"])
+    fig = new_figure(6.8, 4.4)
+    ax = fig.subplots()
+    intensity = traffic["FLOPs per byte"]
+    grid = np.logspace(np.log10(min(intensity.min(), peak / bandwidth) / 4),
+                       np.log10(max(intensity.max(), peak / bandwidth) * 4), 200)
+    ax.loglog(grid, np.minimum(peak, grid * bandwidth), color="black", lw=2, label="roof: min(peak, intensity x bandwidth)")
+    ax.axvline(peak / bandwidth, color="black", ls=":", lw=1)
+    ax.text(peak / bandwidth / 1.15, peak / 1.6, f"ridge: {peak / bandwidth:.1f}\nFLOPs per byte", fontsize=9, ha="right",
+            va="top")
+    for component, row in traffic.iterrows():
+        colour = COMPONENT_COLOURS.get(component, PALETTE["neutral"])
+        roof = min(peak, row["FLOPs per byte"] * bandwidth)
+        ax.scatter([row["FLOPs per byte"]], [roof], marker="s", s=60, color=colour, edgecolor="black", zorder=3)
+        if timed is not None and component in timed.index:
+            achieved = row["FLOPs"] / (timed.loc[component, "time (ms)"] / 1e3)
+            ax.scatter([row["FLOPs per byte"]], [achieved], marker="o", s=45, color=colour, edgecolor="black", zorder=3)
+            ax.plot([row["FLOPs per byte"]] * 2, [achieved, roof], color=colour, lw=1)
+        dx, dy, align = ROOFLINE_LABEL_OFFSETS.get(component, (6, 6, "left"))
+        ax.annotate(COMPONENT_LABELS.get(component, component), (row["FLOPs per byte"], roof), xytext=(dx, dy),
+                    textcoords="offset points", fontsize=9, ha=align)
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
+    ax.set_ylabel("FLOP/s")
+    ax.set_title("squares: the roof over each component; dots: measured" if timed is not None
+                 else "squares: the roof over each component", pad=14)
+    ax.legend(frameon=False, loc="lower right", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
     return fig
