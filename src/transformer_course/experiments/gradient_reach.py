@@ -80,9 +80,10 @@ def decay_fits(lengths: tuple[int, ...], gradients: np.ndarray) -> tuple[float, 
     slope of log g against log n (g ~ n^s gives s).
     """
     lengths_array = np.asarray(lengths, dtype=float)
-    log_g = np.log(np.asarray(gradients, dtype=float))
-    if lengths_array.size < 2 or log_g.shape != lengths_array.shape or not np.isfinite(log_g).all():
+    values = np.asarray(gradients, dtype=float)
+    if lengths_array.size < 2 or values.shape != lengths_array.shape or not (np.isfinite(values) & (values > 0)).all():
         raise ValueError("gradients must hold one positive value per length, at least two")
+    log_g = np.log(values)
     factor = float(np.exp(np.polyfit(lengths_array, log_g, 1)[0]))
     power = float(np.polyfit(np.log(lengths_array), log_g, 1)[0])
     return factor, power
