@@ -141,8 +141,8 @@ def plot_time_vs_flops(components: pd.DataFrame) -> Figure:
 ROOFLINE_LABEL_OFFSETS = {  # points of offset and alignment, so that neighbouring labels do not overlap
     "qkvo_projections": (0, -20, "center"),
     "ffn": (6, 8, "left"),
-    "scores_qk": (-8, 8, "right"),
-    "weighted_values_av": (-8, -20, "right"),
+    "scores_qk": (8, 8, "left"),
+    "weighted_values_av": (8, -36, "left"),
     "softmax": (6, 6, "left"),
 }
 
@@ -171,7 +171,7 @@ def plot_roofline(traffic: pd.DataFrame, peaks: pd.Series, timed: pd.DataFrame |
                        np.log10(max(intensity.max(), peak / bandwidth) * 4), 200)
     ax.loglog(grid, np.minimum(peak, grid * bandwidth), color="black", lw=2, label="roof: min(peak, intensity x bandwidth)")
     ax.axvline(peak / bandwidth, color="black", ls=":", lw=1)
-    ax.text(peak / bandwidth / 1.15, peak / 1.6, f"ridge: {peak / bandwidth:.1f}\nFLOPs per byte", fontsize=9, ha="right",
+    ax.text(peak / bandwidth / 1.15, peak / 8, f"ridge: {peak / bandwidth:.1f}\nFLOPs per byte", fontsize=9, ha="right",
             va="top")
     for component, row in traffic.iterrows():
         colour = COMPONENT_COLOURS.get(component, PALETTE["neutral"])
