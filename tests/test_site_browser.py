@@ -169,18 +169,27 @@ INSPECT_JS = """() => {
 
 
 def _build_site_if_missing() -> None:
+    """Build ``_build/html`` once; the browser, link and PDF tests share it (a lock keeps two
+    pytest-xdist workers from building it at the same time)."""
+    import fcntl
+
     if (SITE / "index.html").exists():
         return
     if SITE != (ROOT / "_build" / "html").resolve():
         pytest.fail(f"COURSE_SITE_HTML={SITE} has no index.html")
-    command = [sys.executable, "-m", "jupyter_book.cli.main", "build", ".", "-W", "-n", "--keep-going"]
-    jupyter_book = shutil.which("jupyter-book", path=str(Path(sys.executable).parent))
-    if jupyter_book:
-        command = [jupyter_book, "build", ".", "-W", "-n", "--keep-going"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    if result.returncode != 0 or not (SITE / "index.html").exists():
-        pytest.fail(f"building the book failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n"
-                    f"{result.stderr[-4000:]}")
+    (ROOT / "_build").mkdir(exist_ok=True)
+    with open(ROOT / "_build" / ".site-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (SITE / "index.html").exists():  # another worker built it while this one waited
+            return
+        command = [sys.executable, "-m", "jupyter_book.cli.main", "build", ".", "-W", "-n", "--keep-going"]
+        jupyter_book = shutil.which("jupyter-book", path=str(Path(sys.executable).parent))
+        if jupyter_book:
+            command = [jupyter_book, "build", ".", "-W", "-n", "--keep-going"]
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+        if result.returncode != 0 or not (SITE / "index.html").exists():
+            pytest.fail(f"building the book failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n"
+                        f"{result.stderr[-4000:]}")
 
 
 def _pages() -> list[str]:
