@@ -24,12 +24,24 @@ leaves a gated solution's code cell on the page):
 
 (the pages land in ``_build/student/_build/html``).
 
+5. Accessibility and licences. ``_ext/templates/`` holds the course's copies of two theme
+components (the search button and the colour-mode switch) whose accessible names match what they
+show (axe-core's label-content-name-mismatch); it is searched before the theme's own templates.
+The footer (``html.extra_footer`` in ``_config.yml``) names the licences of the text and the code
+and the edition; ``{edition}`` there becomes the package's version (``__version__`` in
+``src/transformer_course/__init__.py``, read as text, so the build needs no import of torch).
+
+6. Tables in outputs have no empty header cell. pandas writes the corner cells of a table with a
+named index (and a Styler its blank header cells) as empty ``<th>`` elements, which a screen reader
+announces as nothing (axe-core's empty-table-header); each gets a visually hidden label.
+
 Loaded through ``sphinx.local_extensions`` in ``_config.yml``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -40,6 +52,47 @@ TWIN_SUFFIX = ".myst.md"
 VENDORED_MATHJAX = "mathjax/"
 STUDENT_FOLDER = "student"
 EDITION_VARIABLE = "COURSE_EDITION"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+PACKAGE_INIT = Path(__file__).resolve().parent.parent / "src" / "transformer_course" / "__init__.py"
+VERSION_LINE = re.compile(r'^__version__ = "(?P<version>[^"]+)"$', re.MULTILINE)
+
+
+EMPTY_HEADER = re.compile(r"<th(?P<attributes>[^>]*)>(?:\s|&nbsp;)*</th>")
+HIDDEN_LABEL = '<span class="visually-hidden">(no heading)</span>'
+
+
+def label_empty_headers(html: str) -> str:
+    """Every empty ``<th>`` of ``html`` with a visually hidden label (screen readers read it)."""
+    return EMPTY_HEADER.sub(lambda m: f"<th{m['attributes']}>{HIDDEN_LABEL}</th>", html)
+
+
+def label_empty_table_headers(app: Sphinx, doctree: Any, docname: str) -> None:
+    """Label the empty header cells of the HTML outputs (DataFrames, Stylers) of a page."""
+    from docutils import nodes
+
+    for node in list(doctree.findall(nodes.raw)):
+        if "html" in node.get("format", "").split() and EMPTY_HEADER.search(node.astext()):
+            text = label_empty_headers(node.astext())
+            node.replace_self(nodes.raw("", text, format=node["format"], classes=node.get("classes", [])))
+
+
+def package_version() -> str:
+    """The package's ``__version__`` (the edition), read from its source."""
+    match = VERSION_LINE.search(PACKAGE_INIT.read_text(encoding="utf-8"))
+    if match is None:
+        raise RuntimeError(f"no __version__ line in {PACKAGE_INIT}")
+    return match["version"]
+
+
+def accessible_templates_and_footer(app: Sphinx, config: Any) -> None:
+    """Put ``_ext/templates`` first on the template path; fill in the edition in the footer."""
+    config.templates_path = [str(TEMPLATES)] + [p for p in config.templates_path if p != str(TEMPLATES)]
+    version = package_version()
+    config.version = config.release = version
+    options = dict(config.html_theme_options or {})
+    if "extra_footer" in options:
+        options["extra_footer"] = options["extra_footer"].replace("{edition}", version)
+    config.html_theme_options = options
 
 
 def add_myst_download(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any],
@@ -127,7 +180,9 @@ def remove_solutions(app: Sphinx, doctree: Any, docname: str) -> None:
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", drop_vendored_mathjax_scripts)
     app.connect("config-inited", default_colour_mode)
+    app.connect("config-inited", accessible_templates_and_footer)
     app.connect("html-page-context", student_edition_links, priority=511)
+    app.connect("doctree-resolved", label_empty_table_headers)
     if os.environ.get(EDITION_VARIABLE, "").lower() == "student":
         app.connect("doctree-resolved", remove_solutions)
     # After sphinx-book-theme builds the header buttons (priority 501).

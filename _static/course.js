@@ -27,3 +27,21 @@
   });
   window.addEventListener("resize", markAll);
 })();
+
+// Every part of a page belongs to a landmark (axe-core's "region" rule): the theme's primary
+// sidebar (the course's title, the search button, the table of contents) is a plain <div>, so a
+// screen reader's landmark list skipped its title and search button. Name it a complementary region.
+(function () {
+  function label() {
+    const sidebar = document.getElementById("pst-primary-sidebar");
+    if (sidebar && !sidebar.hasAttribute("role")) {
+      sidebar.setAttribute("role", "complementary");
+      sidebar.setAttribute("aria-label", "Course contents");
+    }
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", label);
+  } else {
+    label();
+  }
+})();

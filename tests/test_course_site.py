@@ -27,3 +27,17 @@ def test_the_student_site_drops_every_solution_and_keeps_the_exercises():
     assert not list(document.findall(solution_node))
     assert len(list(document.findall(exercise_enumerable_node))) == 1
     assert [p.astext() for p in document.findall(nodes.paragraph)] == ["after"]
+
+
+def test_empty_table_header_cells_get_a_hidden_label():
+    html = ('<table class="dataframe"><thead><tr><th></th><th>value</th></tr>'
+            '<tr><th class="blank level0" >&nbsp;</th><th> </th><th>x</th></tr></thead></table>')
+    labelled = course_site.label_empty_headers(html)
+    assert labelled.count(course_site.HIDDEN_LABEL) == 3
+    assert '<th class="blank level0" ><span class="visually-hidden">' in labelled
+    assert "<th>value</th>" in labelled and "<th>x</th>" in labelled
+    assert course_site.label_empty_headers("<th>a</th>") == "<th>a</th>"
+
+
+def test_the_footer_names_the_package_version():
+    assert course_site.package_version() == __import__("transformer_course").__version__

@@ -22,7 +22,12 @@ blocked and recorded. The checks:
   pixels per displayed pixel (sharp on HiDPI screens) and shows its smallest text (which the PNG
   records) at least 9 px tall; a box that scrolls sideways fades its
   hidden edge (``_static/course.js``); no exercise shows a literal code fence
-  (its body is Markdown); every page has a favicon.
+  (its body is Markdown); every page has a favicon;
+* accessibility: axe-core (vendored in ``tests/vendor/axe-core``, injected into each page, so no
+  network) audits every page in both themes against its default rules (WCAG 2.0-2.2 A and AA and
+  best practices); any violation of impact "serious" or "critical" fails the test, and every
+  violation, of any impact, is counted in the failure message;
+* every page's footer names the edition and the licences (text and figures CC BY 4.0, code MIT).
 
 A full-page screenshot of each page in each theme is saved under ``artifacts/screenshots/``
 (gitignored) for a person to look at. The browser is ``$CHROMIUM`` if set, else Debian's Chromium
@@ -65,6 +70,16 @@ PHONE = 390  # px: the narrowest window every page must fit (an iPhone 12-15 in 
 PHONE_THEMES = tuple(f"{theme}@{PHONE}" for theme in THEMES)
 MIN_PIXEL_DENSITY = 2.0  # image pixels per displayed CSS pixel of every output figure
 MIN_TEXT_PX = 9  # the smallest text of a figure, in CSS pixels where the desktop page shows it
+AXE = ROOT / "tests" / "vendor" / "axe-core" / "axe.min.js"
+AXE_VERSION = "4.14.1"
+AXE_FAILING_IMPACTS = ("serious", "critical")
+# axe-core's verdicts: every violation of its default rules, with its impact and up to 3 elements.
+AXE_JS = """async () => {
+  const result = await axe.run(document, {resultTypes: ["violations"]});
+  return {version: axe.version, violations: result.violations.map(v => ({
+    id: v.id, impact: v.impact, help: v.help, count: v.nodes.length,
+    nodes: v.nodes.slice(0, 3).map(n => n.target.join(" "))}))};
+}"""
 
 # Console errors that are not the course's and that we cannot fix from the book's configuration.
 ALLOWED_CONSOLE_ERRORS = [
@@ -140,6 +155,7 @@ INSPECT_JS = """() => {
     exerciseBodies: Array.from(document.querySelectorAll(".exercise")).map(el => el.textContent),
     favicon: (document.querySelector("link[rel~='icon']") || {}).href || null,
     printButtons: document.querySelectorAll("[onclick*='print()']").length,
+    footer: (document.querySelector("footer.bd-footer-content") || {}).textContent || "",
     // Boxes that scroll sideways (course.css) but show no cue (course.js's faded edge).
     uncued: Array.from(document.querySelectorAll(
         ".pst-scrollable-table-container, .cell_output .output, div.math, mjx-container[display='true']"))
@@ -153,18 +169,27 @@ INSPECT_JS = """() => {
 
 
 def _build_site_if_missing() -> None:
+    """Build ``_build/html`` once; the browser, link and PDF tests share it (a lock keeps two
+    pytest-xdist workers from building it at the same time)."""
+    import fcntl
+
     if (SITE / "index.html").exists():
         return
     if SITE != (ROOT / "_build" / "html").resolve():
         pytest.fail(f"COURSE_SITE_HTML={SITE} has no index.html")
-    command = [sys.executable, "-m", "jupyter_book.cli.main", "build", ".", "-W", "-n", "--keep-going"]
-    jupyter_book = shutil.which("jupyter-book", path=str(Path(sys.executable).parent))
-    if jupyter_book:
-        command = [jupyter_book, "build", ".", "-W", "-n", "--keep-going"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    if result.returncode != 0 or not (SITE / "index.html").exists():
-        pytest.fail(f"building the book failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n"
-                    f"{result.stderr[-4000:]}")
+    (ROOT / "_build").mkdir(exist_ok=True)
+    with open(ROOT / "_build" / ".site-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (SITE / "index.html").exists():  # another worker built it while this one waited
+            return
+        command = [sys.executable, "-m", "jupyter_book.cli.main", "build", ".", "-W", "-n", "--keep-going"]
+        jupyter_book = shutil.which("jupyter-book", path=str(Path(sys.executable).parent))
+        if jupyter_book:
+            command = [jupyter_book, "build", ".", "-W", "-n", "--keep-going"]
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+        if result.returncode != 0 or not (SITE / "index.html").exists():
+            pytest.fail(f"building the book failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n"
+                        f"{result.stderr[-4000:]}")
 
 
 def _pages() -> list[str]:
@@ -274,7 +299,7 @@ def _visit(context, base: str, page_path: str, theme: str) -> dict:
                 "mathUntypeset": [], "mathErrors": 0, "figureReprs": [], "mathjaxLoaded": False, "links": [target],
                 "console_errors": [], "external": [], "failed": [], "redirect": True, "viewport": 0,
                 "pageWidth": 0, "wide": [], "stderrBlocks": 0, "exerciseBodies": [], "favicon": None,
-                "printButtons": 0, "uncued": [], "cued": 0}
+                "printButtons": 0, "uncued": [], "cued": 0, "axe": None, "footer": ""}
     page = context.new_page()
     console_errors: list[str] = []
     external: list[str] = []
@@ -298,6 +323,10 @@ def _visit(context, base: str, page_path: str, theme: str) -> dict:
     page.evaluate(SETTLE_JS)
     page.wait_for_timeout(200)
     info = page.evaluate(INSPECT_JS)
+    info["axe"] = None
+    if theme in THEMES:  # the desktop width, light and dark: audit the page with axe-core
+        page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
+        info["axe"] = page.evaluate(AXE_JS)
     page.screenshot(path=str(ARTIFACTS / theme / _screenshot_name(page_path)), full_page=True)
     page.close()
     info.update(status=response.status if response else None, console_errors=console_errors,
@@ -522,4 +551,38 @@ def test_every_page_has_a_favicon(visits):
         if not icon or not icon.startswith(base) or \
                 not (SITE / urllib.parse.unquote(urllib.parse.urlsplit(icon).path[1:])).is_file():
             problems.append(f"{page}: favicon {icon!r} missing")
+    assert not problems, "\n".join(problems)
+
+
+def test_axe_core_finds_no_serious_or_critical_violation_in_either_theme(visits):
+    """axe-core on every page, light and dark; all its findings are counted, serious and critical fail."""
+    problems, audited, counts = [], 0, {}
+    for page, theme, info in _each(visits):
+        if info.get("redirect"):
+            continue
+        assert info["axe"] is not None, f"{page} [{theme}]: axe-core did not run"
+        assert info["axe"]["version"] == AXE_VERSION, info["axe"]["version"]
+        audited += 1
+        for violation in info["axe"]["violations"]:
+            key = f"{violation['impact']} {violation['id']}"
+            counts[key] = counts.get(key, 0) + violation["count"]
+            if violation["impact"] in AXE_FAILING_IMPACTS:
+                problems.append(f"{page} [{theme}]: {violation['impact']} {violation['id']} "
+                                f"({violation['help']}), {violation['count']} elements, e.g. {violation['nodes']}")
+    assert audited >= 2 * len([p for p in _pages() if not REDIRECT.match((SITE / p).read_text().strip())]), audited
+    assert not problems, "\n".join(problems) + f"\nall violations (elements, both themes): {counts}"
+
+
+def test_every_page_footer_names_the_edition_and_both_licences(visits):
+    import transformer_course
+
+    problems = []
+    for page, theme, info in _each(visits, themes=("light",)):
+        if info.get("redirect"):
+            continue
+        footer = " ".join(info["footer"].split())
+        for text in (f"Edition {transformer_course.__version__}", "Text and figures: CC BY 4.0", "Code: MIT",
+                     "CITATION.cff"):
+            if text not in footer:
+                problems.append(f"{page}: the footer does not say {text!r}: {footer[:200]!r}")
     assert not problems, "\n".join(problems)

@@ -17,7 +17,10 @@ becomes ``student/dlNNNN_<topic>.ipynb``:
 * the install cell pins ``COURSE_REF`` to the commit of the package the outputs were made with:
   the last commit that changed ``src/`` or ``pyproject.toml``. So commit package changes first,
   then regenerate the edition (the tool refuses while ``src/`` has uncommitted changes, unless
-  ``--ref`` names the commit).
+  ``--ref`` names the commit, or a release tag such as ``v2026.12``: see CHANGELOG.md);
+* the install cell first says, in one line, when the PyTorch it finds (Colab's own) is older than
+  the oldest release the course runs on, ``torch>=`` in ``pyproject.toml`` (kept honest by
+  ``tests/test_dependency_bounds.py``); it reads the installed version without importing torch.
 
 ``--check`` rebuilds the edition in memory with the stored ``COURSE_REF`` and fails when it differs
 from ``student/``, or when the package at that commit differs from the package at ``HEAD``.
@@ -31,6 +34,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 import nbformat
@@ -43,6 +47,20 @@ EXERCISE = re.compile(r"^(?P<fence>:{3,}|`{3,})\{exercise\}[ \t]*(?P<title>[^\n]
                       r"(?P<options>(?::[\w-]+:[^\n]*\n)*)(?P<body>.*?)^(?P=fence)[ \t]*$",
                       re.MULTILINE | re.DOTALL)
 LABEL = re.compile(r"^:label:[ \t]*(?P<label>\S+)", re.MULTILINE)
+TORCH_BOUND = re.compile(r"^torch\s*>=\s*(?P<version>[0-9][0-9.]*)\s*$")
+# Put into the student edition's install cell right after the COURSE_REF line: one line of output
+# when the runtime's PyTorch is older than the course's bound (Colab keeps its own PyTorch).
+TORCH_CHECK = """\
+TORCH_MIN = "{minimum}"  # the oldest PyTorch the course runs on (pyproject.toml; tools/student_edition.py)
+try:
+    from importlib.metadata import version as _installed_version
+    _torch = _installed_version("torch")
+except Exception:  # no PyTorch at all: the install below brings one
+    _torch = None
+if _torch and tuple(int(x) for x in re.findall(r"\\d+", _torch)[:2]) < tuple(int(x) for x in TORCH_MIN.split(".")[:2]):
+    print(f'PyTorch {{_torch}} here is older than {{TORCH_MIN}}, the oldest this course runs on: pip install -U '
+          f'"torch>={{TORCH_MIN}}" (in Colab the install below does it), then restart the kernel.')
+"""
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import coursework  # noqa: E402  (tools/coursework.py: the release this edition is made from)
@@ -74,6 +92,26 @@ def _is_exercise(cell) -> bool:
     return cell.cell_type == "markdown" and bool(EXERCISE.search(cell.source))
 
 
+def torch_minimum(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """The lower bound of ``torch`` in the package's dependencies (``torch>=X``)."""
+    dependencies = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    for dependency in dependencies:
+        match = TORCH_BOUND.match(dependency)
+        if match:
+            return match["version"]
+    raise coursework.CourseworkError(f"{pyproject} has no torch>=X dependency")
+
+
+def with_torch_check(source: str, minimum: str) -> str:
+    """The install cell with the PyTorch check after its ``COURSE_REF`` line (and ``import re``)."""
+    lines = source.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if REF_LINE.match(line.rstrip("\n")))
+    check = TORCH_CHECK.format(minimum=minimum)
+    if not re.search(r"^import re$", source, re.MULTILINE):
+        check = "import re\n" + check
+    return "".join(lines[: at + 1]) + check + "".join(lines[at + 1:])
+
+
 def student_notebook(released, instructor, ref: str):
     """The edition of one chapter from its released student version and its instructor notebook."""
     notebook = copy.deepcopy(released)
@@ -90,8 +128,10 @@ def student_notebook(released, instructor, ref: str):
     if not REF_LINE.search(install.source):
         raise coursework.CourseworkError(f"{instructor.metadata.get('title', 'a chapter')}: the first code cell "
                                          "has no COURSE_REF line to pin")
-    install.source = REF_LINE.sub(f'COURSE_REF = "{ref}"  # the commit whose package made the outputs below',
+    what = "commit" if re.fullmatch(r"[0-9a-f]{40}", ref) else "release"
+    install.source = REF_LINE.sub(f'COURSE_REF = "{ref}"  # the {what} whose package made the outputs below',
                                   install.source, count=1)
+    install.source = with_torch_check(install.source, torch_minimum())
     notebook.metadata.pop("jupytext", None)
     notebook.metadata["transformer_course"] = {"edition": "student", "package_ref": ref}
     return notebook

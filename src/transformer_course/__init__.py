@@ -28,4 +28,6 @@ Subpackages, lowest layer first; a layer imports only the layers below it (a con
 ``_validation`` holds the argument checks every layer shares.
 """
 
-__version__ = "0.1.0"
+# The edition, YYYY.MM (CHANGELOG.md); pyproject.toml reads it, tests/test_release.py checks that
+# CHANGELOG.md and CITATION.cff agree.
+__version__ = "2026.12"
