@@ -104,11 +104,12 @@ def test_steps_to_threshold_finds_the_first_window_and_marks_never():
 
 
 def test_grid_settings_ask_each_depth_its_reach_and_one_beyond():
-    grid = wr.ReachGrid()
+    grid = wr.ReachGrid(depths=(1, 2, 3), distances=(3, 5, 7))
     assert [grid.reach(depth) for depth in (1, 2, 3)] == [3, 5, 7]
     assert [grid.distances_for(depth) for depth in (1, 2, 3)] == [(3, 4), (3, 5, 6), (3, 5, 7, 8)]
+    assert [wr.REACH_GRID.distances_for(depth) for depth in wr.REACH_GRID.depths] == [(3, 4), (3, 5, 6)]
     assert [grid.hops(d) for d in (2, 3, 4, 5, 7, 8)] == [1, 1, 2, 2, 3, 4]
-    assert wr.ReachGrid(depths=(4,), seq_len=8).distances_for(4) == (3, 5, 7)  # reach 8 = T: nothing beyond
+    assert wr.ReachGrid(depths=(4,), distances=(3, 5, 7), seq_len=8).distances_for(4) == (3, 5, 7)  # reach 8 = T
     with pytest.raises(ValueError, match="smooth"):
         wr.ReachGrid(steps=10, smooth=20)
     with pytest.raises(ValueError, match="distance"):
@@ -160,11 +161,18 @@ def test_reach_claims_hold_on_the_expected_pattern_and_fail_on_broken_ones():
     failing = lambda result: {c.name for c in wr.reach_claims(result) if not c.holds}  # noqa: E731
     # a mask that leaked: a 2-layer stack answers D = 6, beyond its reach of 5
     assert failing(_fake_result(accuracy={(2, 6, False): 60.0})) == {"beyond reach, highest accuracy (%)"}
-    # relays that learn as fast as one hop
-    flat = {(depth, 2 * depth + 1, False): 40.0 for depth in (1, 2, 3)}
-    assert {"2-hop / 1-hop median steps", "3-hop / 2-hop median steps"} <= failing(_fake_result(steps=flat))
-    # a three-hop cell never solved within the budget
-    assert "in reach, lowest cell median accuracy (%)" in failing(_fake_result(accuracy={(3, 7, False): 30.0}))
+    # a relay that learns as fast as one hop
+    flat = failing(_fake_result(steps={(2, 5, False): 40.0}))
+    assert {"2-hop (L = 2, D = 5) / 1-hop (L = 1, D = 3) median steps",
+            "2 layers, D = 5 (2 hops) / D = 3 (1 hop) median steps"} <= flat
+    # a global query no faster than the relay
+    assert failing(_fake_result(steps={(2, 8, True): 160.0})) == {
+        "2 layers, global query at D = 8 / window at D = 5 median steps", }
+    # a two-hop cell not solved within the budget
+    assert failing(_fake_result(accuracy={(2, 5, False): 30.0})) == {"in reach, lowest cell median accuracy (%)"}
+    # one-hop models that failed (all 8 seeds of the cell, so its median fails too)
+    assert failing(_fake_result(accuracy={(1, 3, False): 80.0})) == {"one hop, lowest accuracy (%)",
+                                                                     "in reach, lowest cell median accuracy (%)"}
 
 
 @pytest.mark.parametrize("call, match", [

@@ -36,7 +36,7 @@ def test_reach_cliff_draws_every_seed_the_medians_and_the_reach_lines():
     assert isinstance(fig, Figure)
     ax = fig.axes[0]
     vertical = sorted(line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "--")
-    assert vertical == [3.5, 5.5, 7.5]  # the edge of reach L (w - 1) + 1 of each depth, + 0.5
+    assert vertical == [3.5, 5.5]  # the edge of reach L (w - 1) + 1 of each depth, + 0.5
     points = sum(len(c.get_offsets()) for c in ax.collections)
     assert points == len(result.table)  # every model of every seed, window and global
     assert any(list(line.get_ydata()) == [12.5, 12.5] for line in ax.lines)
@@ -46,8 +46,9 @@ def test_reach_learning_has_one_curve_and_one_row_of_points_per_cell():
     result = _grid_result()
     fig = plot_reach_learning(result)
     left, right = fig.axes
-    assert len([line for line in left.lines if line.get_label().startswith("L = ")]) == 5
-    assert [t.get_text() for t in right.get_yticklabels()][:3] == ["L = 1, D = 3", "L = 2, D = 5", "L = 3, D = 7"]
+    assert len([line for line in left.lines if line.get_label().startswith("L = ")]) == 4
+    assert [t.get_text() for t in right.get_yticklabels()] == ["L = 1, D = 3", "L = 2, D = 5", "L = 2, D = 3",
+                                                              "L = 2, D = 8, global"]
     with pytest.raises(ValueError, match="cells"):
         plot_reach_learning(result, cells=[(1, 7, False)])
 

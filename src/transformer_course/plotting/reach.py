@@ -74,7 +74,7 @@ def plot_reach_learning(result: ReachGridResult, cells: list[tuple[int, int, boo
     Args:
         result: what ``experiments.window_reach.reach_grid`` returned.
         cells: (L, D, global query) per curve; default: the edge of reach of each depth (one hop
-            per layer), the deepest stack at D = 3, and the deepest stack's global query.
+            per layer), the deepest stack at D = 3 (one hop), and the deepest stack's global query.
 
     Returns:
         The figure.
