@@ -85,7 +85,7 @@ def plot_reach_learning(result: ReachGridResult, cells: list[tuple[int, int, boo
     if cells is None:
         cells = [(depth, g.reach(depth), False) for depth in g.depths] + [(deepest, 3, False),
                                                                           (deepest, g.global_distance, True)]
-    fig = new_figure(9.6, 3.9)
+    fig = new_figure(8.6, 3.9)
     left, right = fig.subplots(1, 2, width_ratios=(1.6, 1))
     steps = torch.arange(g.smooth, g.steps + 1)
     for index, (depth, distance, global_query) in enumerate(cells):
