@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from transformer_course.experiments import window_reach as wr
+from transformer_course.experiments.training import seeded
 
 
 def test_batch_answers_sit_distance_from_the_end():
@@ -53,18 +54,125 @@ def test_model_shapes_and_reach_property():
     assert model.reach == 5
 
 
-@pytest.mark.slow
-def test_training_solves_in_reach_and_fails_out_of_reach():
-    table = wr.reach_experiment(steps=200, num_examples=256)
-    assert list(table["in reach"]) == [False, True, True]
-    assert abs(table["accuracy (%)"].iloc[0] - 12.5) < 8
-    assert (table["accuracy (%)"].iloc[1:] >= 90).all()
+def _readers(specs, dtype=torch.float64):
+    readers = []
+    for seed, global_query in specs:
+        with seeded(seed):
+            readers.append(wr.WindowedReader(num_symbols=5, seq_len=8, num_layers=2, window=3, global_query=global_query,
+                                             d_model=8, num_heads=2, d_ff=12).to(dtype))
+    return readers
 
 
-def test_short_training_runs_and_reports():
-    table = wr.reach_experiment(configs=(("one", 1, False),), steps=2, num_examples=16)
-    assert isinstance(table, pd.DataFrame) and list(table.index) == ["one"]
-    assert table.loc["one", "reach (positions)"] == 5 and table.loc["one", "chance (%)"] == 12.5
+def test_ensemble_computes_what_each_reader_computes():
+    readers = _readers([(0, False), (1, True), (2, False)])
+    ensemble = wr.ReaderEnsemble(readers).double()
+    gen = torch.Generator().manual_seed(3)
+    tokens = torch.stack([wr.make_reach_batch(4, gen, seq_len=8, distance=5, num_symbols=5)[0] for _ in readers])
+    with torch.no_grad():
+        out = ensemble(tokens)  # (E, B, K)
+        for e, reader in enumerate(readers):
+            torch.testing.assert_close(out[e], reader(tokens[e]), rtol=0, atol=1e-12)
+    assert ensemble.global_query == (False, True, False) and ensemble.num_members == 3
+
+
+def test_ensemble_members_only_see_their_own_loss():
+    ensemble = wr.ReaderEnsemble(_readers([(0, False), (1, False)], torch.float32))
+    tokens = torch.stack([wr.make_reach_batch(4, torch.Generator().manual_seed(s), 8, 5, 5)[0] for s in (0, 1)])
+    ensemble(tokens)[0].sum().backward()  # member 0's output only
+    for name, parameter in ensemble.named_parameters():
+        assert parameter.grad[1].abs().max() == 0, name
+        assert parameter.grad[0].abs().max() > 0, name
+
+
+def test_ensemble_rejects_readers_of_different_shapes():
+    with seeded(0):
+        other = wr.WindowedReader(num_symbols=5, seq_len=8, num_layers=1, window=3, d_model=8, num_heads=2, d_ff=12)
+    with pytest.raises(ValueError, match="same"):
+        wr.ReaderEnsemble(_readers([(0, False)], torch.float32) + [other])
+    with pytest.raises(ValueError, match="readers"):
+        wr.ReaderEnsemble([])
+    with pytest.raises(ValueError, match="tokens"):
+        wr.ReaderEnsemble(_readers([(0, False)], torch.float32))(torch.zeros(2, 3, 8, dtype=torch.long))
+
+
+def test_steps_to_threshold_finds_the_first_window_and_marks_never():
+    accuracy = torch.tensor([[0.0, 0.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0]])
+    steps = wr.steps_to_threshold(accuracy, 0.9, smooth=2)
+    assert steps[0] == 4 and torch.isnan(steps[1]) and steps[2] == 2
+    with pytest.raises(ValueError, match="smooth"):
+        wr.steps_to_threshold(accuracy, 0.9, smooth=6)
+
+
+def test_grid_settings_ask_each_depth_its_reach_and_one_beyond():
+    grid = wr.ReachGrid(depths=(1, 2, 3), distances=(3, 5, 7))
+    assert [grid.reach(depth) for depth in (1, 2, 3)] == [3, 5, 7]
+    assert [grid.distances_for(depth) for depth in (1, 2, 3)] == [(3, 4), (3, 5, 6), (3, 5, 7, 8)]
+    assert [wr.REACH_GRID.distances_for(depth) for depth in wr.REACH_GRID.depths] == [(3, 4), (3, 5, 6)]
+    assert [grid.hops(d) for d in (2, 3, 4, 5, 7, 8)] == [1, 1, 2, 2, 3, 4]
+    assert wr.ReachGrid(depths=(4,), distances=(3, 5, 7), seq_len=8).distances_for(4) == (3, 5, 7)  # reach 8 = T
+    with pytest.raises(ValueError, match="smooth"):
+        wr.ReachGrid(steps=10, smooth=20)
+    with pytest.raises(ValueError, match="distance"):
+        wr.ReachGrid(distances=(9,))
+
+
+TINY = wr.ReachGrid(depths=(1, 2), steps=12, smooth=3, num_examples=32, d_model=8, num_heads=2, d_ff=12)
+
+
+def test_grid_rows_and_a_member_does_not_depend_on_its_ensemble():
+    both = wr.reach_grid([0, 1], TINY)
+    alone = wr.reach_grid([1], TINY)
+    cells = sum(len(TINY.distances_for(d)) + 1 for d in TINY.depths)
+    assert len(both.table) == 2 * cells and both.curves.shape == (2 * cells, TINY.steps)
+    picked = both.select([1])
+    pd.testing.assert_frame_equal(picked.table, alone.table)
+    assert torch.equal(picked.curves, alone.curves)
+    row = both.table[(both.table["layers L"] == 1) & (both.table["distance D"] == 4)].iloc[0]
+    assert row["reach"] == 3 and not row["in reach"] and row["hops"] == 2
+    glob = both.table[both.table["global query"]]
+    assert (glob["reach"] == 8).all() and glob["in reach"].all() and (glob["hops"] == 1).all()
+    with pytest.raises(ValueError, match="seeds"):
+        both.select([5])
+
+
+def _fake_result(accuracy=None, steps=None):
+    """A grid result with chosen per-cell accuracy and steps to threshold (8 seeds each)."""
+    settings = wr.REACH_GRID
+    accuracy, steps = dict(accuracy or {}), dict(steps or {})
+    rows = []
+    for depth in settings.depths:
+        cells = [(d, False) for d in settings.distances_for(depth)] + [(settings.global_distance, True)]
+        for distance, global_query in cells:
+            reach = settings.seq_len if global_query else settings.reach(depth)
+            hops = 1 if global_query else settings.hops(distance)
+            default_acc = 100.0 if reach >= distance else 12.5
+            for seed in range(8):
+                rows.append({"layers L": depth, "distance D": distance, "global query": global_query, "seed": seed,
+                             "reach": reach, "in reach": reach >= distance, "hops": hops,
+                             "accuracy (%)": accuracy.get((depth, distance, global_query), default_acc),
+                             "steps to threshold": steps.get((depth, distance, global_query),
+                                                             40.0 * 4 ** (hops - 1) if reach >= distance else float("nan"))})
+    table = pd.DataFrame(rows)
+    return wr.ReachGridResult(table, torch.zeros(len(table), settings.steps), settings)
+
+
+def test_reach_claims_hold_on_the_expected_pattern_and_fail_on_broken_ones():
+    assert all(claim.holds for claim in wr.reach_claims(_fake_result()))
+    failing = lambda result: {c.name for c in wr.reach_claims(result) if not c.holds}  # noqa: E731
+    # a mask that leaked: a 2-layer stack answers D = 6, beyond its reach of 5
+    assert failing(_fake_result(accuracy={(2, 6, False): 60.0})) == {"beyond reach, highest accuracy (%)"}
+    # a relay that learns as fast as one hop
+    flat = failing(_fake_result(steps={(2, 5, False): 40.0}))
+    assert {"2-hop (L = 2, D = 5) / 1-hop (L = 1, D = 3) median steps",
+            "2 layers, D = 5 (2 hops) / D = 3 (1 hop) median steps"} <= flat
+    # a global query no faster than the relay
+    assert failing(_fake_result(steps={(2, 8, True): 160.0})) == {
+        "2 layers, global query at D = 8 / window at D = 5 median steps", }
+    # a two-hop cell not solved within the budget
+    assert failing(_fake_result(accuracy={(2, 5, False): 30.0})) == {"in reach, lowest cell median accuracy (%)"}
+    # one-hop models that failed (all 8 seeds of the cell, so its median fails too)
+    assert failing(_fake_result(accuracy={(1, 3, False): 80.0})) == {"one hop, lowest accuracy (%)",
+                                                                     "in reach, lowest cell median accuracy (%)"}
 
 
 @pytest.mark.parametrize("call, match", [
@@ -78,9 +186,10 @@ def test_short_training_runs_and_reports():
     (lambda: wr.WindowedReader(num_symbols=1), "num_symbols"),
     (lambda: wr.WindowedReader(seq_len=8)(torch.zeros(2, 7, dtype=torch.long)), "tokens"),
     (lambda: wr.WindowedReader(seq_len=8)(torch.zeros(2, 8)), "tokens"),
-    (lambda: wr.reach_accuracy(torch.nn.Linear(2, 2), 4), "model"),
-    (lambda: wr.reach_experiment(configs=()), "configs"),
-    (lambda: wr.train_reach_model(1, lr=0.0), "lr"),
+    (lambda: wr.reach_grid([], TINY), "seeds"),
+    (lambda: wr.reach_grid([0], "settings"), "settings"),
+    (lambda: wr.reach_claims("result"), "result"),
+    (lambda: wr.reach_grid_summary(None), "result"),
 ])
 def test_bad_inputs_name_the_argument(call, match):
     with pytest.raises((TypeError, ValueError), match=match):

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from transformer_course.nn.attention import MultiHeadAttention
-from transformer_course.nn.kv_cache import AttentionCache, KVCache, kv_cache_bytes
+from transformer_course.nn.kv_cache import AttentionCache, KVCache, RollingAttentionCache, kv_cache_bytes
 from transformer_course.nn.masks import causal_mask
 from transformer_course.nn.model import Transformer, TransformerConfig
 
@@ -116,3 +116,18 @@ def test_mask_is_checked_against_the_cached_length(gen):
     assert cache.length == 2  # a rejected call leaves the cache untouched
     attention(new, new, new, mask=causal_mask(1, 3), cache=cache)
     assert cache.length == 3
+
+
+def test_rolling_cache_overwrites_the_oldest_slot():
+    cache = RollingAttentionCache(3)
+    for position in range(5):
+        keys, values = cache.update(torch.full((1, 1, 1, 2), float(position)), torch.full((1, 1, 1, 2), -float(position)))
+    assert keys[0, 0, :, 0].tolist() == [3.0, 4.0, 2.0]  # positions 3 and 4 overwrote 0 and 1
+    assert values[0, 0, :, 0].tolist() == [-3.0, -4.0, -2.0]
+    assert cache.length == 3 and cache.seen == 5 and cache.length_after(1) == 3
+    assert cache.num_bytes() == 2 * 3 * 2 * 4
+    with pytest.raises(ValueError, match="one new position"):
+        cache.update(torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2))
+    with pytest.raises(ValueError, match="window"):
+        RollingAttentionCache(0)
+    assert isinstance(cache, AttentionCache)

@@ -126,3 +126,65 @@ def kv_cache_bytes(num_layers: int, batch_size: int, length: int, d_model: int, 
         ("bytes_per_number", bytes_per_number))]
     n, b, s, d, nbytes = sizes
     return 2 * n * b * s * d * nbytes
+
+
+class RollingAttentionCache(AttentionCache):
+    """The keys and values of the last ``window`` positions only, in a fixed buffer of ``window`` slots.
+
+    Mistral's rolling buffer cache: under a causal sliding window of w keys, a query at position p
+    reads only positions p - w + 1 .. p, so older keys and values can never be read again. Position
+    p is written to slot p mod w, overwriting position p - w. The buffer's memory is that of w
+    positions however long the sequence grows, and because attention sums over its keys in any
+    order (positions are already encoded in the keys and values), a decoder that feeds one token
+    at a time through this cache, with no mask, computes what the full cache computes under the
+    window mask.
+
+    Args:
+        window: w >= 1, the causal window (keys per query, the query's own position included).
+
+    Jiang et al., 2023, "Mistral 7B" (section 2, rolling buffer cache).
+    """
+
+    def __init__(self, window: int) -> None:
+        super().__init__(static=False)
+        self.window = check_int("window", window, minimum=1)
+        self.seen = 0  # positions written so far (the next one is position ``seen``)
+
+    @property
+    def length(self) -> int:
+        """Keys held: min(positions seen, w)."""
+        return min(self.seen, self.window)
+
+    def length_after(self, new_length: int) -> int:
+        return min(self.seen + new_length, self.window)
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write one new position into slot ``seen mod w``; return the keys/values of the last min(seen, w).
+
+        Args:
+            keys, values: (B, H, 1, Dh), one new position (decoding feeds one token at a time).
+
+        Returns:
+            keys, values: (B, H, min(seen, w), Dh), the positions in slot order (not time order).
+
+        Raises:
+            ValueError: if more than one position is passed.
+        """
+        if keys.shape[-2] != 1 or values.shape[-2] != 1:
+            raise ValueError(f"keys and values must hold one new position (B, H, 1, Dh), got {tuple(keys.shape)}")
+        if self.keys is None:
+            shape = (*keys.shape[:-2], self.window, keys.shape[-1])
+            self.keys = keys.new_zeros(shape)  # (B, H, w, Dh)
+            self.values = values.new_zeros((*values.shape[:-2], self.window, values.shape[-1]))  # (B, H, w, Dh)
+        slot = self.seen % self.window
+        self.keys[..., slot:slot + 1, :] = keys
+        self.values[..., slot:slot + 1, :] = values
+        self.seen += 1
+        held = self.length
+        return self.keys[..., :held, :], self.values[..., :held, :]  # (B, H, min(seen, w), Dh)
+
+    def num_bytes(self) -> int:
+        """Bytes of the two buffers (0 before the first update)."""
+        if self.keys is None:
+            return 0
+        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()

@@ -45,8 +45,9 @@ def sliding_window_mask(t: int, window: int, causal: bool = False,
     """Band mask M[i, j] = |i - j| <= window // 2 (or 0 <= i - j < window when ``causal``).
 
     Symmetric windows follow the card (each token sees itself and ``window // 2`` neighbours on
-    each side); causal windows see the last ``window`` positions including itself, as in
-    Mistral-style local attention.
+    each side); causal windows see the last ``window`` positions including itself. Mistral 7B's
+    paper counts its window W differently: position i attends to i - W .. i, W + 1 positions, so
+    its W is ``window - 1`` here.
 
     Args:
         t: sequence length (queries and keys), >= 1.
