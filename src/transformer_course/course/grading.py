@@ -46,7 +46,7 @@ from typing import Any
 
 from transformer_course.course.feedback import describe_error, feedback_html, safe_text  # noqa: F401 (re-exported)
 from transformer_course.course.kernel import (GRADER_MODULE, Kernel, KernelGone, KernelTimeout,  # noqa: F401
-                                              RemoteError)
+                                              RemoteError, RemoteObject, code_print)
 from transformer_course.course.plans import (ExercisePlan, InvalidNotebook, anchors, answer_closure,  # noqa: F401
                                              armed_statements, copied_references, exercise_plans,
                                              read_submission, reference_fingerprints, references_in_answers,
@@ -118,6 +118,7 @@ class _Runner:
         self.skipped: set[int] = set()
         self.errors: dict[int, tuple[str, bool]] = {}  # cell -> (error, raised while the kernel was clean)
         self.hits: dict[int, set[str]] = {}  # cell -> guarded references called in its armed statements
+        self.durations: dict[int, float] = {}  # cell -> seconds its first run took
         self.clean = True  # the current kernel has run no hidden check yet
 
     def _start(self, deadline: float) -> Kernel:
@@ -144,11 +145,14 @@ class _Runner:
         """Run cells up to (excluding) ``end``: ("ok", None) or ("timed out"/"stopped", cell).
 
         The new cells share ``budget`` seconds, counted from the first of them. Restarts and the
-        replay of cells that ran before share one more ``limits.timeout`` in all; a cell that
-        overruns in a replay is skipped too, and the replay starts again within what is left.
+        replay of cells that ran before share one more budget in all: ``limits.timeout`` plus
+        twice what those cells took the first time (a cell slow only when replayed gains nothing);
+        a cell that overruns in a replay is skipped too, and the replay starts again within what
+        is left.
         """
         deadline = None
-        replay_deadline = time.monotonic() + self.limits.timeout
+        replay_deadline = time.monotonic() + self.limits.timeout + 2 * sum(
+            seconds for index, seconds in self.durations.items() if index < min(end, self.reached))
         while True:
             if self.kernel is None:
                 self.position = 0
@@ -171,7 +175,10 @@ class _Runner:
                         deadline = time.monotonic() + budget
                     self.kernel.deadline = replay_deadline if replay else deadline
                     self.kernel.hits = set()
+                    started = time.monotonic()
                     error = self.kernel.run_cell(cell["source"], armed.get(index, ()))
+                    if not replay:
+                        self.durations[index] = time.monotonic() - started
                     if self.kernel.hits:
                         self.hits.setdefault(index, set()).update(self.kernel.hits)
                     if error:
@@ -200,6 +207,23 @@ def _virtual_memory() -> int:
             if line.startswith("VmSize:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def _reference_prints(targets: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """code_print -> reference name, for the reference functions and the methods of reference classes."""
+    import importlib
+
+    found = {}
+    for module_name, name in targets:
+        try:
+            obj = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError):
+            continue
+        for function in ([obj] if not isinstance(obj, type) else list(vars(obj).values())):
+            printed = code_print(function)
+            if printed:
+                found[printed] = name
+    return found
 
 
 def _run_checks(kernel: Kernel, plan: ExercisePlan, timeout: float, clean: bool) -> dict[str, Any]:
@@ -232,6 +256,10 @@ def _run_checks(kernel: Kernel, plan: ExercisePlan, timeout: float, clean: bool)
         fetched = kernel.request(("get", list(plan.names)))
         if isinstance(fetched, dict):
             namespace.update({k: v for k, v in fetched.items() if k in plan.names})
+            prints = _reference_prints(plan.targets)
+            for value in fetched.values():  # a function compiled from the reference's source
+                if isinstance(value, RemoteObject) and value._code in prints:
+                    kernel.hits.add(prints[value._code])
         for code, hidden in plan.parts:
             hidden_started = hidden_started or hidden
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
@@ -249,9 +277,9 @@ def _run_checks(kernel: Kernel, plan: ExercisePlan, timeout: float, clean: bool)
         outcome = {"result": "failed", "kernel_ok": False,
                    "message": "the tests ran out of memory on your answer (is it far larger than asked?)"}
     except Exception as error:  # noqa: BLE001 (any failure of the tests is the student's to read)
-        outcome = {"result": "failed", "kernel_ok": True,
-                   "message": describe_error(error, hidden, clean and not (hidden_started and not hidden),
-                                             getattr(error, "check_name", None))}
+        clean_here = clean and not (hidden_started and not hidden)
+        outcome = {"result": "failed", "kernel_ok": True, "visible_unclean": not hidden and not clean_here,
+                   "message": describe_error(error, hidden, clean_here, getattr(error, "check_name", None))}
     outcome.update(hits=sorted(kernel.hits), hidden_started=hidden_started)
     return outcome
 
@@ -310,7 +338,7 @@ def _checker(kernel: Kernel, plan: ExercisePlan, limits: Limits, clean: bool) ->
 
 def _check_exercise(runner: _Runner, plan: ExercisePlan, cells: list[dict[str, Any]], limits: Limits,
                     segment: tuple[int, int], armed_cells: dict[int, set[str]],
-                    copies: set[str]) -> ExerciseResult:
+                    copies: dict[str, str], armed: dict[int, tuple[int, ...]], closure: set[str]) -> ExerciseResult:
     """Grade one exercise: reference calls recorded so far, then its test cell in a checker."""
     def result(points: float, outcome: str, message: str) -> ExerciseResult:
         return ExerciseResult(plan.label, plan.title, points, plan.max_points, outcome, safe_text(message, 1000))
@@ -321,7 +349,7 @@ def _check_exercise(runner: _Runner, plan: ExercisePlan, cells: list[dict[str, A
     for index, names in runner.hits.items():
         if index < end and (start <= index or armed_cells.get(index, set()) & set(plan.answers)):
             used |= names & references
-    copied = copies & references
+    copied = {reference for name, reference in copies.items() if name in closure} & references
     if not used and not copied:
         outcome = _checker(runner.kernel, plan, limits, runner.clean)
         if outcome.get("hidden_started"):
@@ -329,6 +357,18 @@ def _check_exercise(runner: _Runner, plan: ExercisePlan, cells: list[dict[str, A
         if not outcome.get("kernel_ok"):
             runner.stop()
         used |= set(outcome.get("hits") or []) & references
+        if outcome.get("visible_unclean") and not used:
+            # The full message of a failed visible check comes from a kernel that never ran a hidden
+            # check: a fresh one, replayed to here (only failing exercises pay for it).
+            runner.stop()
+            if runner.run_until(end, limits.timeout, armed)[0] == "ok":
+                again = _checker(runner.kernel, plan, limits, True)
+                runner.clean = not again.get("hidden_started")
+                if not again.get("kernel_ok"):
+                    runner.stop()
+                used |= set(again.get("hits") or []) & references
+                if again["result"] == "failed" and not again.get("visible_unclean"):
+                    outcome["message"] = again["message"]
     if used or copied:
         what = ", ".join(sorted(used | copied))
         how = "is computed with" if used else "copies the source of"
@@ -430,7 +470,8 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
                 if state == "timed out":
                     timed_out.append(plan.label)
                 continue
-            results[plan.label] = _check_exercise(runner, plan, cells, limits, segment, binds, copies)
+            results[plan.label] = _check_exercise(runner, plan, cells, limits, segment, binds, copies, armed,
+                                                  answer_closure(student_sources, plan.answers))
             if results[plan.label].result == "timed out":
                 timed_out.append(plan.label)
     finally:

@@ -131,6 +131,24 @@ def _encode(value: Any, handles: dict[int, Any], depth: int = 0) -> Any:
     return _handle(value, handles)
 
 
+def code_print(function: Any) -> str | None:
+    """A hash of a function's bytecode and the names it uses (not its own name, variable names,
+    docstring or line numbers), nested functions included: equal for a copy of the source."""
+    import hashlib
+
+    code = getattr(function, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return None
+    digest = hashlib.sha256()
+    todo = [code]
+    while todo:
+        current = todo.pop()
+        digest.update(current.co_code)
+        digest.update(repr(current.co_names).encode())
+        todo.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    return digest.hexdigest()
+
+
 def _handle(value: Any, handles: dict[int, Any]) -> dict[str, Any]:
     key = len(handles)
     handles[key] = value
@@ -138,8 +156,12 @@ def _handle(value: Any, handles: dict[int, Any]) -> dict[str, Any]:
         text = repr(value)
     except Exception:  # noqa: BLE001 (a student's __repr__ may raise)
         text = f"<{type(value).__name__}>"
+    try:
+        printed = code_print(value) if isinstance(value, types.FunctionType) else None
+    except Exception:  # noqa: BLE001
+        printed = None
     return {"__remote__": key, "type": type(value).__name__, "callable": callable(value),
-            "repr": text[:200]}
+            "repr": text[:200], "code": printed}
 
 
 def _install_guards(targets: list[tuple[str, str]], state: dict[str, Any]) -> None:
@@ -189,7 +211,7 @@ class _ArmStatements(ast.NodeTransformer):
             return node
         body = []
         for index, statement in enumerate(node.body):
-            if index not in chosen or (isinstance(statement, ast.ImportFrom) and statement.module == "__future__"):
+            if (index not in chosen and -1 not in chosen) or (isinstance(statement, ast.ImportFrom) and statement.module == "__future__"):
                 body.append(statement)
                 continue
             arm = ast.parse("__grading_arm__(1)").body[0]
@@ -319,10 +341,10 @@ class RemoteError(Exception):
 class RemoteObject:
     """A student object that is not plain data; it stays in the kernel. Comparisons never go there."""
 
-    __slots__ = ("_kernel", "_key", "_type", "_repr")
+    __slots__ = ("_kernel", "_key", "_type", "_repr", "_code")
 
-    def __init__(self, kernel: Kernel, key: int, type_name: str, text: str) -> None:
-        self._kernel, self._key, self._type, self._repr = kernel, key, type_name, text
+    def __init__(self, kernel: Kernel, key: int, type_name: str, text: str, code: str | None = None) -> None:
+        self._kernel, self._key, self._type, self._repr, self._code = kernel, key, type_name, text, code
 
     def __repr__(self) -> str:
         return self._repr
@@ -484,8 +506,9 @@ class Kernel:
         if isinstance(value, dict):
             if "__remote__" in value and type(value.get("__remote__")) is int:
                 cls = RemoteCallable if value.get("callable") is True else RemoteObject
+                code = value.get("code")
                 return cls(self, value["__remote__"], str(value.get("type", "object"))[:80],
-                           str(value.get("repr", ""))[:200])
+                           str(value.get("repr", ""))[:200], code if isinstance(code, str) else None)
             if "__numpy__" in value and isinstance(value["__numpy__"], torch.Tensor):
                 return value["__numpy__"].numpy()
             if "__set__" in value and isinstance(value["__set__"], list):

@@ -232,7 +232,13 @@ DYNAMIC = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "se
 """Names whose use in a statement may bind an answer without an assignment a parser can see."""
 
 
+MAX_PARSED_CELL = 200_000
+"""Characters: a longer cell is never parsed (it is armed whole); parsing is not free."""
+
+
 def _parse_cell(source: str) -> ast.Module | None:
+    if len(source) > MAX_PARSED_CELL:
+        return None
     try:
         return ast.parse(_python_source(source))
     except (SyntaxError, ValueError):
@@ -289,10 +295,10 @@ def answer_closure(sources: list[str], answers: tuple[str, ...]) -> set[str]:
 def armed_statements(source: str, closure: set[str]) -> tuple[int, ...]:
     """Top-level statements of a student's cell to run with the guards armed: those that bind a name
     in ``closure`` and those that use a construct able to bind names unseen (``exec``, ``globals()``,
-    ``setattr``, a cell magic, ...). A cell that does not parse is armed whole (statement 0 onwards)."""
+    ``setattr``, a cell magic, ...). A cell that does not parse is armed whole (``(-1,)``)."""
     tree = _parse_cell(source)
     if tree is None:
-        return tuple(range(64))
+        return (-1,)
     chosen = []
     for index, statement in enumerate(tree.body):
         used = {c.id if isinstance(c, ast.Name) else c.attr for c in ast.walk(statement)
@@ -369,18 +375,17 @@ def reference_fingerprints(targets: tuple[tuple[str, str], ...]) -> dict[str, st
     return found
 
 
-def copied_references(sources: list[str], fingerprints: dict[str, str]) -> set[str]:
-    """The references whose source (up to names, docstrings and annotations) a student's cells copy."""
-    copied = set()
+def copied_references(sources: list[str], fingerprints: dict[str, str]) -> dict[str, str]:
+    """The student's functions that copy a reference's source (up to names, docstrings and
+    annotations): {the student's function name: the reference's name}."""
+    copied = {}
     for source in sources:
-        if len(source) > 200_000:
-            continue
         tree = _parse_cell(source)
         for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 fingerprint = _fingerprint(node)
                 if fingerprint and fingerprint[0] in fingerprints:
-                    copied.add(fingerprints[fingerprint[0]])
+                    copied[node.name] = fingerprints[fingerprint[0]]
     return copied
 
 
