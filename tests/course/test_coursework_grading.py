@@ -404,7 +404,7 @@ def test_hidden_failures_show_no_expected_value(graded):
     totals, grades, out, *_ = graded
     assert _points(grades, "probe") == {1: 3, 2: 0, 3: 1}
     html = (out / "feedback" / "probe" / f"{FIXTURE}.html").read_text()
-    assert "allowed_pairs(1): wrong, in a hidden check" in html  # the property, never a value
+    assert "allowed_pairs(64), pair by pair: wrong, in a hidden check" in html  # the property, never a value
     body = html.split("<tbody>")[1].split("</tbody>")[0]
     assert "expected" not in body and "-7" not in body
 

@@ -16,6 +16,8 @@ class                                              test
 5 student ids with a newline                        test_a_student_id_must_match_whole
 5 spreadsheet formula injection                     test_csv_cells_are_never_formulas
 5 a 3,000-deep tree                                 test_deep_trees_are_listed_and_removed_without_recursion
+5 a uid per job, a sized folder                     test_each_job_slot_has_its_own_uid_and_a_sized_folder
+5 a cgroup per sandbox (or why not)                 test_a_sandbox_cgroup_bounds_memory_and_processes_or_grading_says_why_not
 """
 
 from __future__ import annotations
@@ -245,3 +247,39 @@ def test_deep_trees_are_listed_and_removed_without_recursion(tmp_path):
     remove_tree(top)
     assert not top.exists()
     assert shutil.which("true")  # (the interpreter survived: no RecursionError)
+
+
+def test_a_sandbox_cgroup_bounds_memory_and_processes_or_grading_says_why_not():
+    import subprocess
+    import sys
+
+    from transformer_course.course.sandbox import Limits, cgroup_problem, make_cgroup, remove_cgroup
+
+    problem = cgroup_problem()
+    group = make_cgroup(7, Limits(memory_mb=200), jobs=2)
+    if problem is not None:  # this host has no usable cgroups: grading runs, and says so
+        assert isinstance(group, str) and group
+        return
+    try:
+        hog = subprocess.run([sys.executable, "-c", "x = bytearray(400 * 2**20); x[::4096] = b'1' * len(x[::4096])"],
+                             preexec_fn=group.enter, capture_output=True)
+        assert hog.returncode == -9  # the memory of the whole group is bounded
+        forks = subprocess.run(["sh", "-c", "for i in $(seq 300); do sleep 5 & done; wait"], preexec_fn=group.enter,
+                               capture_output=True, text=True)
+        assert "Cannot fork" in forks.stderr  # and its number of processes
+    finally:
+        remove_cgroup(group)
+
+
+def test_each_job_slot_has_its_own_uid_and_a_sized_folder(tmp_path):
+    from transformer_course.course.sandbox import SANDBOX_UID_BASE, Limits, kernel_command
+
+    limits = Limits(work_mb=128)
+    commands = [kernel_command(limits, tmp_path / "work", slot, []) for slot in (0, 1)]
+    for slot, command in enumerate(commands):
+        tmpfs = command.index(str(tmp_path / "work")) - 1
+        assert command[tmpfs] == "--tmpfs" and command[tmpfs - 1] == str(128 * 2**20)  # a 128 MiB folder
+        if os.geteuid() == 0:
+            assert f"--reuid={SANDBOX_UID_BASE + slot}" in command
+        else:
+            assert "--unshare-user" in command  # a user namespace of its own
