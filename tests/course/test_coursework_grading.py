@@ -33,6 +33,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -476,8 +477,9 @@ def test_no_state_carries_from_a_hidden_check_to_the_next_visible_message(graded
     totals, grades, out, *_ = graded
     assert _points(grades, "crossleak") == {1: 3, 2: 0, 3: 1}
     html = (out / "feedback" / "crossleak" / f"{FIXTURE}.html").read_text()
-    assert "allowed_pairs(4): expected 10, got 9" in html  # the message of a kernel that ran no hidden check
-    assert "9417" not in html  # exercise 1 saw 4, then the hidden 1 and 7
+    # the message of a kernel that ran no hidden check: exercise 1's function saw no input yet
+    assert re.search(r"allowed_pairs\(4\): expected 10, got 9(?![\d,])", html), html
+    assert "417" not in html.replace(",", "")  # exercise 1 saw 4, then the hidden 1 and 7
 
 
 @pytest.mark.parametrize("student", ["ref_importlib", "ref_sysmodules", "ref_exec", "ref_magic", "ref_getsource",
