@@ -6,6 +6,8 @@ path, hidden tests leaking through feedback) are in test_coursework_grading.py, 
 class                                              test
 1 a worker killed (OOM) costs only its notebook     test_a_killed_worker_costs_only_its_notebook
 1 a worker that overruns costs only its notebook    test_a_worker_over_its_budget_costs_only_its_notebook
+1 test code or a callback that never returns       test_checks_that_never_return_are_stopped_at_the_deadline
+1 test code that builds a list of 10**9 items      test_checks_that_grow_without_bound_run_out_of_their_own_memory
 1 lone surrogates, Latin-1 file names               test_text_no_encoder_accepts_still_gives_the_grades_files
 2 symlinked notebooks and student folders           test_links_are_never_followed
 2 FIFOs and devices named like a chapter            test_pipes_and_devices_are_refused_unread
@@ -283,3 +285,37 @@ def test_each_job_slot_has_its_own_uid_and_a_sized_folder(tmp_path):
             assert f"--reuid={SANDBOX_UID_BASE + slot}" in command
         else:
             assert "--unshare-user" in command  # a user namespace of its own
+
+
+# --- 1. the checks themselves are bounded (test code, and callbacks into it) -----------------------
+
+class _NoKernel:
+    """A kernel stand-in for checks that never get as far as the student's code."""
+
+    hits: set = set()
+    callbacks: list = []
+    deadline = None
+
+    def request(self, message):
+        return {}
+
+
+def _plan(code: str) -> grading.ExercisePlan:
+    return grading.ExercisePlan("dl9001-ex1", "t", 3.0, ((code, True),), (), (), ())
+
+
+def test_checks_that_never_return_are_stopped_at_the_deadline():
+    import time
+
+    start = time.monotonic()  # a test's own function, called back by the student's code, that loops
+    outcome = grading._checker(_NoKernel(), _plan("def _callback():\n    while True:\n        pass\n_callback()"),
+                               grading.Limits(timeout=1.0), True)
+    assert outcome["result"] == "timed out" and not outcome["kernel_ok"]
+    assert time.monotonic() - start < 10
+
+
+def test_checks_that_grow_without_bound_run_out_of_their_own_memory():
+    outcome = grading._checker(_NoKernel(), _plan("_pairs = list(range(10**9))"),
+                               grading.Limits(timeout=30.0, check_mb=512), True)
+    assert outcome["result"] == "failed"
+    assert outcome["message"] == "the tests ran out of memory on your answer (is it far larger than asked?)"

@@ -306,7 +306,7 @@ def _checker(kernel: Kernel, plan: ExercisePlan, limits: Limits, clean: bool) ->
         finally:
             os._exit(code)
     os.close(write_fd)
-    chunks, deadline = [], time.monotonic() + limits.timeout + 10
+    chunks, deadline = [], time.monotonic() + limits.timeout + min(10.0, limits.timeout)
     try:
         while True:
             left = deadline - time.monotonic()
