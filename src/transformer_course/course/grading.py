@@ -104,6 +104,12 @@ def not_graded(plans: list[ExercisePlan], reason: str, seconds: float = 0.0) -> 
 
 # --- running the cells ----------------------------------------------------------------------------
 
+START_SECONDS = 120.0
+"""Longest a kernel may take to start (the grader's own code: Python, torch, IPython, the guards)."""
+
+MAX_RESTARTS = 3
+"""Restarts one exercise's replay may need (each skips a cell that overran); then it times out."""
+
 class _Runner:
     """Runs one notebook's cells in a kernel, restarting it (without the runaway cell) when needed."""
 
@@ -144,23 +150,30 @@ class _Runner:
     def run_until(self, end: int, budget: float, armed: dict[int, tuple[int, ...]]) -> tuple[str, int | None]:
         """Run cells up to (excluding) ``end``: ("ok", None) or ("timed out"/"stopped", cell).
 
-        The new cells share ``budget`` seconds, counted from the first of them. Restarts and the
-        replay of cells that ran before share one more budget in all: ``limits.timeout`` plus
-        twice what those cells took the first time (a cell slow only when replayed gains nothing);
-        a cell that overruns in a replay is skipped too, and the replay starts again within what
-        is left.
+        The new cells share ``budget`` seconds, counted from the first of them. The replay of cells
+        that ran before shares one more budget in all, however many cells and restarts it takes:
+        ``limits.timeout`` plus twice what those cells took the first time (a cell slow only when
+        replayed gains nothing); a cell that overruns in a replay is skipped too, and the replay
+        starts again within what is left, at most ``MAX_RESTARTS`` times. A kernel's start runs
+        only the grader's code and has a deadline of its own.
         """
         deadline = None
-        replay_deadline = time.monotonic() + self.limits.timeout + 2 * sum(
+        replay_budget = self.limits.timeout + 2 * sum(
             seconds for index, seconds in self.durations.items() if index < min(end, self.reached))
+        replay_deadline = None
+        restarts = 0
         while True:
             if self.kernel is None:
                 self.position = 0
-                start_deadline = replay_deadline if self.reached else time.monotonic() + self.limits.timeout
-                try:
-                    self.kernel = self._start(start_deadline)
+                restarts += 1
+                if restarts > MAX_RESTARTS + 1:
+                    return "timed out", None
+                try:  # a start runs only the grader's code: its own deadline, not the student's budget
+                    self.kernel = self._start(time.monotonic() + max(self.limits.timeout, START_SECONDS))
                 except KernelGone as gone:
                     return ("timed out" if gone.timed_out else "stopped"), None
+                if replay_deadline is None:
+                    replay_deadline = time.monotonic() + replay_budget
             current = None
             try:
                 while self.position < end:
@@ -192,7 +205,7 @@ class _Runner:
                     return ("timed out" if gone.timed_out else "stopped"), None
                 self.skipped.add(current)
                 if current < self.reached:
-                    if time.monotonic() < replay_deadline:
+                    if replay_deadline is not None and time.monotonic() < replay_deadline:
                         continue
                     return ("timed out" if gone.timed_out else "stopped"), current
                 self.reached = current + 1
