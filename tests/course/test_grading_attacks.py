@@ -232,6 +232,7 @@ def test_csv_cells_are_never_formulas(tmp_path):
             assert not any(cell[:1] in ("=", "+", "-", "@") for cell in row), row
 
 
+@pytest.mark.slow  # 3,000 folders made, listed and removed: about 20 s on a loaded machine
 def test_deep_trees_are_listed_and_removed_without_recursion(tmp_path):
     top = tmp_path / "deep"
     top.mkdir()
