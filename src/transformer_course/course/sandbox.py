@@ -251,10 +251,22 @@ def make_cgroup(slot: int, limits: Limits, jobs: int = 1) -> CgroupSlot | str:
 
 
 def remove_cgroup(group: CgroupSlot) -> None:
-    group.kill()
-    for path in group.paths.values():
-        with contextlib.suppress(OSError):
-            path.rmdir()
+    """Kill what is left in the slot's cgroups and remove them (waiting briefly for the dying)."""
+    import time
+
+    for attempt in range(50):
+        group.kill()
+        left = []
+        for path in group.paths.values():
+            try:
+                path.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left.append(path)
+        if not left:
+            return
+        time.sleep(0.1)
 
 
 def cgroup_problem() -> str | None:
