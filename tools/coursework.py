@@ -58,12 +58,13 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
 CONFIG_TEMPLATE = Path(__file__).resolve().parent / "nbgrader_config.py"
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$")
+STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}")  # always used with fullmatch
 
 sys.path.insert(0, str(ROOT / "src"))  # the tool also works before `pip install -e .`
 from transformer_course.course.coursework import (  # noqa: E402
     format_problems, read_chapter, strip_solution_markers, student_version_leaks)
-from transformer_course.course.grading import feedback_html  # noqa: E402
+from transformer_course.course.feedback import csv_cell, feedback_html, safe_text  # noqa: E402
+from transformer_course.course.sandbox import walk_files  # noqa: E402
 
 
 class CourseworkError(Exception):
@@ -235,22 +236,38 @@ def find_submissions(submissions: Path, chapters: list[str]) -> tuple[dict[tuple
     rows: list[Graded] = []
 
     def relative(path: Path) -> str:
-        return str(path.relative_to(submissions))
+        return safe_text(path.relative_to(submissions), 500)
 
     for entry in sorted(submissions.iterdir()):
+        kind = _kind(entry)
         if entry.name.startswith("."):
             rows.append(Graded(NO_STUDENT, "", "ignored: a hidden file or folder", file=relative(entry)))
-        elif not entry.is_dir():
+        elif kind == "link":
+            rows.append(Graded(NO_STUDENT, "", "refused: a symbolic link (links are never followed; copy the "
+                               "files themselves)", file=relative(entry)))
+        elif kind != "folder":
             chapter = _chapter_of(entry.name, chapters) if entry.suffix == ".ipynb" else None
             rows.append(Graded(NO_STUDENT, chapter or "", "wrong place: a file at the top of the submissions "
                                "folder belongs to no student; move it into submissions/<student_id>/",
                                file=relative(entry)))
-        elif not STUDENT_ID.match(entry.name):
-            rows.append(Graded(entry.name, "", "invalid student folder name: use only letters, digits and "
+        elif not STUDENT_ID.fullmatch(entry.name):
+            rows.append(Graded(NO_STUDENT, "", "invalid student folder name: use only letters, digits and "
                                "_ . @ + - (nothing in it was graded)", file=relative(entry)))
         else:
             _student_folder(entry, chapters, found, rows, relative)
     return found, rows
+
+
+def _kind(path: Path) -> str:
+    """"link", "folder", "file" (regular) or "special" (FIFO, device, socket), never following a link."""
+    import stat
+
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        return "link"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    return "file" if stat.S_ISREG(mode) else "special"
 
 
 def _student_folder(folder: Path, chapters: list[str], found: dict, rows: list[Graded], relative) -> None:
@@ -260,29 +277,36 @@ def _student_folder(folder: Path, chapters: list[str], found: dict, rows: list[G
     if not entries:
         rows.append(Graded(student, "", "empty folder: no notebook to grade", file=relative(folder)))
     for entry in entries:
+        kind = _kind(entry)
+        chapter = _chapter_of(entry.name, chapters) if entry.suffix == ".ipynb" else None
         if entry.name.startswith("."):
             rows.append(Graded(student, "", "ignored: a hidden file or folder", file=relative(entry)))
-        elif entry.is_dir():
-            inside = sorted(p for p in entry.rglob("*") if p.is_file())
-            for path in inside or [entry]:
+        elif kind == "link":
+            rows.append(Graded(student, chapter or "", "refused: a symbolic link (links are never followed; "
+                               "submit the notebook itself)", file=relative(entry)))
+        elif kind == "special":
+            rows.append(Graded(student, chapter or "", "refused: not a regular file (a pipe, device or socket)",
+                               file=relative(entry)))
+        elif kind == "folder":
+            inside = walk_files(entry, limit=100)
+            for name in inside or [""]:
+                path = entry / name if name else entry
                 chapter = _chapter_of(path.name, chapters) if path.suffix == ".ipynb" else None
-                rows.append(Graded(student, chapter or "", f"wrong place: inside the subfolder {entry.name}/; "
+                rows.append(Graded(student, chapter or "", f"wrong place: inside the subfolder {safe_text(entry.name, 200)}/; "
                                    f"put notebooks directly in submissions/{student}/ (not graded)",
                                    file=relative(path)))
         elif entry.suffix != ".ipynb":
             rows.append(Graded(student, "", "not a notebook (not graded)", file=relative(entry)))
+        elif chapter is None:
+            rows.append(Graded(student, "", "not a released chapter: name the notebook after one of "
+                               f"{', '.join(chapters)} (not graded)", file=relative(entry)))
         else:
-            chapter = _chapter_of(entry.name, chapters)
-            if chapter is None:
-                rows.append(Graded(student, "", "not a released chapter: name the notebook after one of "
-                                   f"{', '.join(chapters)} (not graded)", file=relative(entry)))
-            else:
-                candidates.setdefault(chapter, []).append(entry)
+            candidates.setdefault(chapter, []).append(entry)
     for chapter, paths in candidates.items():
         if len(paths) == 1:
             found[student, chapter] = paths[0]
         else:
-            names = ", ".join(p.name for p in paths)
+            names = ", ".join(safe_text(p.name, 200) for p in paths)
             rows.append(Graded(student, chapter, f"two candidates for {chapter}: {names}; keep one "
                                "and grade again (none was graded)", file=", ".join(relative(p) for p in paths)))
 
@@ -292,115 +316,123 @@ def _chapter_max_points(course: Path, chapter: str) -> list[tuple[str, float, fl
     return [(e.label, 0.0, float(e.test_points or 0), "not graded") for e in exercises]
 
 
-def _grade_one(course: Path, chapter: str, path: Path, limits):
-    from transformer_course.course.grading import grade_notebook
-
-    return grade_notebook(path, course / "source" / chapter / f"{chapter}.ipynb",
-                          course / "release" / chapter, limits)
-
-
 def grade(course: Path, submissions: Path, out: Path, verbose: bool = False, jobs: int = 1,
-          timeout: float = 60.0, memory_mb: int = 6144, sandbox: bool = True) -> list[Graded]:
+          timeout: float = 60.0, memory_mb: int = 6144, sandbox: bool = True,
+          chapters: list[str] | None = None, notebook_mb: int = 20) -> list[Graded]:
     """Grade every submission exercise by exercise in a sandbox; write grades.csv, totals.csv, feedback/.
 
     Args:
-        jobs: notebooks graded at once (each in its own processes).
-        timeout: seconds per exercise (its cells and its checks).
-        memory_mb: memory limit of each notebook's kernel.
+        jobs: notebooks graded at once (each in its own processes, with its own sandbox uid and cgroup).
+        timeout: seconds per exercise (its cells, a replay of earlier cells, its checks).
+        memory_mb: memory limit of each notebook's sandbox.
         sandbox: False runs student code without bubblewrap: only for trusted submissions.
+        chapters: the chapters being graded (the instructor's list: every student gets a row for
+            each, "missing" if not submitted); default: every chapter released in ``course``.
+            A notebook of another released chapter is reported, not graded.
+        notebook_mb: larger submissions are refused unread.
 
     Returns:
         One :class:`Graded` per totals.csv row, the TOTAL rows excepted: each submitted chapter
         (graded, invalid, timed out...), each chapter a student did not submit ("missing"), and
-        each file or folder that was not graded, with the reason.
+        each file or folder that was not graded, with the reason. The files are written even when
+        grading stops on an error.
     """
     from transformer_course.course.grading import Limits, sandbox_problem
 
-    chapters = _released_chapters(course)
-    if not chapters:
+    released = _released_chapters(course)
+    if not released:
         raise CourseworkError(f"{course} has no released chapters; run the release command first")
+    due = sorted(released) if chapters is None else sorted(set(chapters))
+    unknown = [c for c in due if c not in released]
+    if unknown:
+        raise CourseworkError(f"not released in {course}: {', '.join(unknown)}")
     for inside, outside, what in ((out, submissions, "--out"), (course, submissions, "--course")):
         if inside.resolve() == outside.resolve() or outside.resolve() in inside.resolve().parents:
             raise CourseworkError(f"{what} {inside} lies inside {outside}; keep the course, the submissions "
                                   "and the grades in separate folders")
-    found, rows = find_submissions(submissions, chapters)
-    limits = Limits(timeout=timeout, memory_mb=memory_mb, sandbox="bwrap" if sandbox else "none")
-    refused = sandbox_problem() if sandbox and found else None
-    for row in rows:  # a chapter with two candidate notebooks counts as attempted, at 0 points
-        if row.status.startswith("two candidates"):
-            row.exercises = _chapter_max_points(course, row.chapter)
-    results: list[Graded] = list(rows)
+    found, rows = find_submissions(submissions, released)
+    for (student, chapter) in sorted(found):
+        if chapter not in due:
+            rows.append(Graded(student, chapter, "not graded: this chapter is not in the list of chapters "
+                               "being graded (--chapters)", file=safe_text(found.pop((student, chapter))
+                                                                            .relative_to(submissions), 500)))
+    limits = Limits(timeout=timeout, memory_mb=memory_mb, notebook_mb=notebook_mb,
+                    sandbox="bwrap" if sandbox else "none")
+    results: list[Graded] = []
     started = time.monotonic()
-    shutil.rmtree(out / "feedback", ignore_errors=True)  # a re-run writes the same files afresh
-    if refused:
-        print(f"error: the sandbox cannot run: {refused}. Install bubblewrap, or pass --no-sandbox "
-              "if (and only if) you trust every submission.", file=sys.stderr)
-        for (student, chapter), path in sorted(found.items()):
-            results.append(Graded(student, chapter, f"sandbox refused: {refused}",
-                                  _chapter_max_points(course, chapter), str(path.relative_to(submissions))))
-        found = {}
-    elif not sandbox and found:
-        print("warning: grading WITHOUT the sandbox (--no-sandbox): student code runs with your permissions",
-              file=sys.stderr)
-    graded = _run_jobs(course, found, limits, jobs, verbose)
-    for (student, chapter), path in sorted(found.items()):
-        result = graded[student, chapter]
-        file = str(path.relative_to(submissions))
-        if isinstance(result, BaseException):
-            results.append(Graded(student, chapter, f"grader error: {type(result).__name__}: {result}"[:300],
-                                  _chapter_max_points(course, chapter), file))
-            continue
-        results.append(Graded(student, chapter, result.status,
-                              [(e.label, e.points, e.max_points, e.result) for e in result.exercises],
-                              file, result.seconds, result.cpu_seconds))
-        feedback = out / "feedback" / student
-        feedback.mkdir(parents=True, exist_ok=True)
-        (feedback / f"{chapter}.html").write_text(feedback_html(student, chapter, result), encoding="utf-8")
-    attempted = {(g.student, g.chapter) for g in results if g.exercises}
-    students = sorted({g.student for g in results if g.student != NO_STUDENT and STUDENT_ID.match(g.student)})
-    submitted_chapters = sorted({chapter for _, chapter in attempted})
-    for student in students:
-        for chapter in submitted_chapters:
-            if (student, chapter) not in attempted:
-                results.append(Graded(student, chapter, "missing", _chapter_max_points(course, chapter)))
-    results.sort(key=lambda g: (g.student, g.chapter, g.file))
-    write_csvs(results, out)
+    try:
+        for row in rows:  # a chapter with two candidate notebooks counts as attempted, at 0 points
+            if row.status.startswith("two candidates") and row.chapter in due:
+                row.exercises = _chapter_max_points(course, row.chapter)
+        results += rows
+        refused = sandbox_problem() if sandbox and found else None
+        shutil.rmtree(out / "feedback", ignore_errors=True)  # a re-run writes the same files afresh
+        if refused:
+            print(f"error: the sandbox cannot run: {refused}. Install bubblewrap, or pass --no-sandbox "
+                  "if (and only if) you trust every submission.", file=sys.stderr)
+            for (student, chapter), path in sorted(found.items()):
+                results.append(Graded(student, chapter, f"sandbox refused: {refused}",
+                                      _chapter_max_points(course, chapter), safe_text(path.relative_to(submissions))))
+            found = {}
+        elif not sandbox and found:
+            print("warning: grading WITHOUT the sandbox (--no-sandbox): student code runs with your permissions",
+                  file=sys.stderr)
+        results += _run_jobs(course, submissions, found, limits, jobs, verbose, out)
+    finally:
+        attempted = {(g.student, g.chapter) for g in results if g.exercises}
+        students = sorted({g.student for g in results if g.student != NO_STUDENT})
+        for student in students:
+            for chapter in due:
+                if (student, chapter) not in attempted:
+                    results.append(Graded(student, chapter, "missing", _chapter_max_points(course, chapter)))
+        results.sort(key=lambda g: (g.student, g.chapter, g.file))
+        write_csvs(results, out)
     _print_summary(results, time.monotonic() - started, jobs)
     return results
 
 
-def _run_jobs(course: Path, found: dict, limits, jobs: int, verbose: bool) -> dict:
-    """Grade the notebooks, ``jobs`` at a time; a failure of one is recorded as its own result."""
-    graded: dict[tuple[str, str], Any] = {}
-    if not found:
-        return graded
-    if jobs <= 1:
-        for key, path in sorted(found.items()):
-            try:
-                graded[key] = _grade_one(course, key[1], path, limits)
-            except Exception as error:  # noqa: BLE001 (one broken submission never stops the others)
-                graded[key] = error
-            if verbose:
-                print(f"graded {key[0]} {key[1]}", file=sys.stderr)
-        return graded
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+def _run_jobs(course: Path, submissions: Path, found: dict, limits, jobs: int, verbose: bool, out: Path) -> list[Graded]:
+    """Grade the notebooks, ``jobs`` at a time, each in a worker of its own; write the feedback pages.
 
-    from transformer_course.course.grading import grade_notebook
+    A file is read once, as a regular file no larger than the limit; a worker that dies costs only
+    its own notebook, whose row says what happened."""
+    from transformer_course.course.grading import RefusedFile, Task, grade_many, notebook_budget, read_regular_file
 
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {key: pool.submit(grade_notebook, path, course / "source" / key[1] / f"{key[1]}.ipynb",
-                                    course / "release" / key[1], limits)
-                   for key, path in sorted(found.items())}
-        for key, future in futures.items():
-            try:
-                graded[key] = future.result()
-            except Exception as error:  # noqa: BLE001
-                graded[key] = error
-            if verbose:
-                print(f"graded {key[0]} {key[1]}", file=sys.stderr)
-    return graded
+    rows, tasks = [], []
+    for (student, chapter), path in sorted(found.items()):
+        file = safe_text(path.relative_to(submissions), 500)
+        try:
+            data = read_regular_file(path, limits.notebook_mb * 2**20)
+        except RefusedFile as error:
+            rows.append(Graded(student, chapter, str(error), _chapter_max_points(course, chapter), file))
+            continue
+        exercises = len(_chapter_max_points(course, chapter))
+        tasks.append(Task((student, chapter, file), data, course / "source" / chapter / f"{chapter}.ipynb",
+                          course / "release" / chapter, notebook_budget(limits, exercises)))
+    if not tasks:
+        return rows
+
+    def done(key) -> None:
+        if verbose:
+            print(f"graded {key[0]} {key[1]}", file=sys.stderr)
+
+    graded, cgroup_note = grade_many(tasks, limits, jobs, done)
+    if cgroup_note and limits.sandbox != "none":
+        print(f"note: no cgroup per sandbox here ({cgroup_note}); each sandbox is bounded by its own uid's "
+              "process cap and per-process memory and CPU-time limits only", file=sys.stderr)
+    for (student, chapter, file), result in sorted(graded.items()):
+        if isinstance(result, str) or not result.exercises:
+            status = result if isinstance(result, str) else result.status
+            rows.append(Graded(student, chapter, safe_text(status, 300), _chapter_max_points(course, chapter), file))
+            continue
+        rows.append(Graded(student, chapter, safe_text(result.status, 300),
+                           [(e.label, e.points, e.max_points, e.result) for e in result.exercises],
+                           file, result.seconds, result.cpu_seconds))
+        feedback = out / "feedback" / student
+        feedback.mkdir(parents=True, exist_ok=True)
+        (feedback / f"{chapter}.html").write_text(feedback_html(student, chapter, result), encoding="utf-8",
+                                                  errors="backslashreplace")
+    return rows
 
 
 def _print_summary(results: list[Graded], seconds: float, jobs: int) -> None:
@@ -425,24 +457,34 @@ def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() else round(value, 2)
 
 
+class _SafeWriter:
+    """A csv writer whose text cells cannot be read as spreadsheet formulas (see ``csv_cell``)."""
+
+    def __init__(self, handle) -> None:
+        self.writer = csv.writer(handle)
+
+    def writerow(self, row: list) -> None:
+        self.writer.writerow([csv_cell(value) for value in row])
+
+
 def write_csvs(results: list[Graded], out: Path) -> None:
     """Write ``out/grades.csv`` (per exercise) and ``out/totals.csv`` (per row and per student)."""
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "grades.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
+    with open(out / "grades.csv", "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
+        writer = _SafeWriter(handle)
         writer.writerow(["student", "chapter", "exercise", "points", "max_points", "result"])
         for graded in results:
             for label, points, max_points, result in graded.exercises:
                 writer.writerow([graded.student, graded.chapter, label, _number(points), _number(max_points), result])
-    with open(out / "totals.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
+    with open(out / "totals.csv", "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
+        writer = _SafeWriter(handle)
         writer.writerow(["student", "chapter", "points", "max_points", "status", "file"])
         for student in sorted({g.student for g in results}):
             own = [g for g in results if g.student == student]
             for graded in own:
                 writer.writerow([student, graded.chapter, _number(graded.points), _number(graded.max_points),
                                  graded.status, graded.file])
-            if student != NO_STUDENT and STUDENT_ID.match(student):
+            if student != NO_STUDENT and STUDENT_ID.fullmatch(student):
                 complete = all(g.status.startswith("graded") for g in own)  # time-outs are graded too
                 writer.writerow([student, "TOTAL", _number(sum(g.points for g in own)),
                                  _number(sum(g.max_points for g in own)), "graded" if complete else "incomplete", ""])
@@ -468,6 +510,10 @@ def main(argv: list[str] | None = None) -> int:
     grade_parser.add_argument("--timeout", type=float, default=60.0,
                               help="seconds per exercise, its cells and its checks (default 60)")
     grade_parser.add_argument("--memory-mb", type=int, default=6144, help="memory limit per notebook (default 6144)")
+    grade_parser.add_argument("--chapters", nargs="+", default=None,
+                              help="the chapters being graded (default: every released chapter); each student "
+                                   "gets a row for each, 'missing' if not submitted")
+    grade_parser.add_argument("--notebook-mb", type=int, default=20, help="largest submission read (default 20)")
     grade_parser.add_argument("--no-sandbox", action="store_true",
                               help="run student code WITHOUT bubblewrap; only for submissions you trust")
     for sub in (release_parser, grade_parser):
@@ -487,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             results = grade(args.course.resolve(), args.submissions.resolve(), args.out.resolve(), args.verbose,
                             jobs=args.jobs, timeout=args.timeout, memory_mb=args.memory_mb,
-                            sandbox=not args.no_sandbox)
+                            sandbox=not args.no_sandbox, chapters=args.chapters, notebook_mb=args.notebook_mb)
             print(f"wrote {args.out / 'grades.csv'}, {args.out / 'totals.csv'} and {args.out / 'feedback'}/")
             if any(g.status.startswith("sandbox refused") for g in results):
                 return 1

@@ -15,6 +15,12 @@ hostile:  cheat (edits the test cells), tamper (rewrites the gradebook), readsou
           hidden-test markers), sigint (an endless loop that ignores SIGINT), slowcheck (a function
           that loops on the hidden inputs), reference (imports
           the package function it is asked to write), probe (right on the visible test only)
+issue 22: bigcount (an answer that makes a hidden check build a 10**9-element list in the
+          grader), hiddenleak (an exception type named after the hidden inputs), crossleak
+          (records exercise 1's hidden inputs and shows them in exercise 2's visible check),
+          ref_importlib, ref_sysmodules, ref_exec, ref_othercell, ref_rebind, ref_magic,
+          ref_nometa, ref_getsource (the reference reached by paths no parser follows, or
+          compiled from its own source at run time), ref_pasted (its source pasted, renamed)
 
 Every hostile student leaves exercises blank (or wrong) and must score 0 on them, without
 changing anyone else's row.
@@ -27,6 +33,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -197,6 +204,47 @@ get_ipython().input_transformers_cleanup.append(_blank_tests)
     probe = notebooks["probe"] = copy.deepcopy(correct)
     _cell(probe, "dl9001-ex2-solution").source = "def allowed_pairs(t):\n    return 10 if t == 4 else -7"
 
+    bigcount = notebooks["bigcount"] = copy.deepcopy(correct)
+    _cell(bigcount, "dl9001-ex2-solution").source = (
+        "def allowed_pairs(t):\n    return 10**9 if t == 64 else t * (t + 1) // 2")
+    hiddenleak = notebooks["hiddenleak"] = copy.deepcopy(correct)
+    _cell(hiddenleak, "dl9001-ex2-solution").source = (
+        "def allowed_pairs(t):\n    if t != 4:\n        raise type(f'Input_{t}_seen', (Exception,), {})(f'got t={t}')\n"
+        "    return 10")
+    crossleak = notebooks["crossleak"] = copy.deepcopy(correct)
+    _cell(crossleak, "dl9001-ex1-solution").source = (
+        "import torch\nseen = []\n\ndef my_causal_mask(t):\n    seen.append(t)\n"
+        "    return torch.ones(t, t, dtype=torch.bool).tril()")
+    _cell(crossleak, "dl9001-ex2-solution").source = (
+        "def allowed_pairs(t):\n    return int('9' + ''.join(str(s) for s in seen))")
+    hidden_pick = "getattr(importlib.import_module('transformer_course.nn.' + 'ma' + 'sks'), 'causal' + '_mask')"
+    variants = {
+        "ref_importlib": f"import importlib\n\ndef my_causal_mask(t):\n    return {hidden_pick}(t)",
+        "ref_sysmodules": "import sys\nimport transformer_course.nn.masks\n\ndef my_causal_mask(t):\n"
+                          "    return vars(sys.modules['transformer_course.nn.' + 'masks'])['causal_' + 'mask'](t)",
+        "ref_exec": "exec('from transformer_course.nn.masks import causal_mask as _m')\n\n"
+                    "def my_causal_mask(t):\n    return _m(t)",
+        "ref_magic": "%%capture\nfrom transformer_course.nn.masks import causal_mask as my_causal_mask",
+        "ref_getsource": "import transformer_course.nn.masks as _masks\n_scope = {}\n"
+                         "exec(open(_masks.__file__).read(), _scope)  # the module, compiled afresh\n"
+                         "my_causal_mask = _scope['causal_mask']",
+        "ref_pasted": "import torch\nfrom transformer_course.nn.masks import check_int\n\n" + __import__("inspect")
+                      .getsource(__import__("transformer_course.nn.masks", fromlist=["x"]).causal_mask)
+                      .replace("def causal_mask", "def my_causal_mask"),
+    }
+    for name, source in variants.items():
+        notebooks[name] = copy.deepcopy(correct)
+        _cell(notebooks[name], "dl9001-ex1-solution").source = source
+    othercell = notebooks["ref_othercell"] = copy.deepcopy(correct)
+    _add_cell(othercell, "from transformer_course.nn.masks import causal_mask as helper", "dl9001-ex1-solution")
+    _cell(othercell, "dl9001-ex1-solution").source = "def my_causal_mask(t):\n    return helper(t)"
+    rebind = notebooks["ref_rebind"] = copy.deepcopy(correct)
+    _add_cell(rebind, "from transformer_course.nn import masks as _mk\nmy_causal_mask = _mk.causal_mask",
+              "dl9001-ex1-tests")
+    nometa = notebooks["ref_nometa"] = copy.deepcopy(correct)
+    _cell(nometa, "dl9001-ex1-solution").source = "from transformer_course.nn.masks import causal_mask as my_causal_mask"
+    _cell(nometa, "dl9001-ex1-solution").metadata.pop("nbgrader")
+
     fresh = notebooks["fresh"] = nbformat.v4.new_notebook()  # answers pasted into a new notebook
     fresh.cells = [nbformat.v4.new_code_cell(_solution(course, f"dl9001-ex{k}")) for k in (1, 2, 3)]
 
@@ -357,8 +405,9 @@ def test_hidden_failures_show_no_expected_value(graded):
     totals, grades, out, *_ = graded
     assert _points(grades, "probe") == {1: 3, 2: 0, 3: 1}
     html = (out / "feedback" / "probe" / f"{FIXTURE}.html").read_text()
-    assert "allowed_pairs(1): wrong value, got -7" in html
-    assert "expected" not in html.split("<tbody>")[1].split("</tbody>")[0]
+    assert "allowed_pairs(64), pair by pair: wrong, in a hidden check" in html  # the property, never a value
+    body = html.split("<tbody>")[1].split("</tbody>")[0]
+    assert "expected" not in body and "-7" not in body
 
 
 def test_a_sigint_ignoring_loop_costs_only_its_exercise(graded):
@@ -401,6 +450,41 @@ def test_grading_refuses_without_a_working_sandbox(course, tmp_path, monkeypatch
 def test_the_run_stays_within_the_time_budget(graded):
     *_, seconds, results = graded
     times = sorted(r.seconds for r in results if r.seconds > 0)
-    assert len(times) == 18
-    assert seconds < 300, seconds  # the whole run, 2 jobs
+    assert len(times) == 18 + 12
+    assert seconds < 600, seconds  # the whole run, 2 jobs
     assert times[len(times) // 2] < 20, times  # median per notebook, fixture chapter, 2 jobs
+
+
+# --- issue 22: hostile students the old grader lost to ------------------------------------------
+
+def test_an_answer_that_makes_a_check_huge_costs_only_its_exercise(graded):
+    totals, grades, out, *_ = graded
+    assert _points(grades, "bigcount") == {1: 3, 2: 0, 3: 1}
+    html = (out / "feedback" / "bigcount" / f"{FIXTURE}.html").read_text()
+    assert "the tests ran out of memory on your answer" in html
+
+
+def test_no_hidden_input_comes_back_through_an_exception_name(graded):
+    totals, grades, out, *_ = graded
+    assert _points(grades, "hiddenleak") == {1: 3, 2: 0, 3: 1}
+    html = (out / "feedback" / "hiddenleak" / f"{FIXTURE}.html").read_text()
+    body = html.split("<tbody>")[1].split("</tbody>")[0]
+    assert "Input_" not in body and "t=" not in body
+    assert "your code raised an exception in a hidden check" in html
+
+
+def test_no_state_carries_from_a_hidden_check_to_the_next_visible_message(graded):
+    totals, grades, out, *_ = graded
+    assert _points(grades, "crossleak") == {1: 3, 2: 0, 3: 1}
+    html = (out / "feedback" / "crossleak" / f"{FIXTURE}.html").read_text()
+    # the message of a kernel that ran no hidden check: exercise 1's function saw no input yet
+    assert re.search(r"allowed_pairs\(4\): expected 10, got 9(?![\d,])", html), html
+    assert "417" not in html.replace(",", "")  # exercise 1 saw 4, then the hidden 1 and 7
+
+
+@pytest.mark.parametrize("student", ["ref_importlib", "ref_sysmodules", "ref_exec", "ref_magic", "ref_getsource",
+                                     "ref_pasted", "ref_othercell", "ref_rebind", "ref_nometa"])
+def test_the_reference_answer_is_flagged_however_it_is_reached(graded, student):
+    totals, grades, out, *_ = graded
+    assert grades[student, "dl9001-ex1"]["result"] == "flagged", student
+    assert _points(grades, student) == {1: 0, 2: 2, 3: 1}

@@ -1,0 +1,404 @@
+"""What is graded: each exercise's plan (from the instructor's notebook), the student's cells, and
+reference-answer detection.
+
+Reference answers are detected at run time (see :mod:`transformer_course.course.kernel`): this module
+says which package functions each exercise guards (:attr:`ExercisePlan.targets`) and which statements
+of a student's cells to arm (:func:`armed_statements`). Copies of the package's source are a separate,
+static question: :func:`copied_references` compares the normalised AST of each function a student wrote
+with those of the references.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformer_course.course.coursework import bound_names, cell_source, free_names, nbgrader_metadata, read_chapter
+
+
+
+@dataclass(frozen=True)
+class ExercisePlan:
+    """What the grader needs of one exercise.
+
+    Attributes:
+        parts: the test cell split into (code, hidden) pieces, in order.
+        names: the names the test cell takes from the student's notebook.
+        answers: the names the exercise asks for (read by the test, bound by the solution).
+        references: package names the answers must not be computed with.
+        targets: where those names live, ``(module, name)``: what the kernel guards.
+    """
+
+    label: str
+    title: str
+    max_points: float
+    parts: tuple[tuple[str, bool], ...]
+    names: tuple[str, ...]
+    answers: tuple[str, ...]
+    references: tuple[str, ...]
+    targets: tuple[tuple[str, str], ...] = ()
+
+
+_HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n(.*?)^[ \t]*### END HIDDEN TESTS[^\n]*(?:\n|$)",
+                     re.DOTALL | re.MULTILINE)
+
+
+def split_hidden(source: str) -> list[tuple[str, bool]]:
+    """A test cell as [(code, is_hidden), ...]: visible code and hidden-test regions, in order."""
+    parts, position = [], 0
+    for match in _HIDDEN.finditer(source):
+        parts.append((source[position:match.start()], False))
+        parts.append((match.group(1), True))
+        position = match.end()
+    parts.append((source[position:], False))
+    return [(code, hidden) for code, hidden in parts if code.strip()]
+
+
+def _used_names(source: str) -> set[str]:
+    """Every identifier a cell mentions: names, attributes and imported names."""
+    try:
+        tree = ast.parse(_python_source(source))
+    except SyntaxError:
+        return set()
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            used.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            used.add(node.attr)
+        elif isinstance(node, ast.alias):
+            used.update(node.name.split("."))
+    return used
+
+
+def references_in_answers(source: str, answers: tuple[str, ...], references: tuple[str, ...]) -> set[str]:
+    """The reference names a solution cell computes its answers with.
+
+    Follows what each answer is made of within the cell: the body of a function the exercise asks
+    for, the right-hand side of an assignment to an answer, an import under an answer's name, and
+    (transitively) the helpers and variables those use. A reference used only to check an answer
+    (``print(score_counts(8192, window=256))``) does not count.
+    """
+    try:
+        tree = ast.parse(_python_source(source))
+    except SyntaxError:
+        return set()
+    made_of: dict[str, set[str]] = {}  # a name bound in the cell -> the identifiers its definition uses
+
+    def identifiers(node: ast.AST) -> set[str]:
+        found = set()
+        for child in ast.walk(node):
+            if isinstance(child, ast.Name):
+                found.add(child.id)
+            elif isinstance(child, ast.Attribute):
+                found.add(child.attr)
+        return found
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            made_of.setdefault(node.name, set()).update(identifiers(node))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        made_of.setdefault(name.id, set()).update(identifiers(node.value))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                bound = (alias.asname or alias.name).split(".")[0]
+                made_of.setdefault(bound, set()).update(alias.name.split("."))
+    seen, todo = set(), list(answers)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(made_of.get(name, ()))
+    return seen & set(references)
+
+
+def _python_source(source: str) -> str:
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(source)
+
+
+def _reference_names(test_source: str, solution_source: str) -> set[tuple[str, str]]:
+    """Package names the test imports (not modules, not the checks) that the reference solution avoids,
+    as ``(module, name)``."""
+    import importlib
+
+    names = set()
+    for node in ast.walk(ast.parse(test_source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_course") \
+                and node.module.rsplit(".", 1)[-1] != "checks":
+            try:
+                module = importlib.import_module(node.module)
+            except ImportError:
+                continue
+            for alias in node.names:
+                try:
+                    importlib.import_module(f"{node.module}.{alias.name}")
+                except ImportError:
+                    if not inspect.ismodule(getattr(module, alias.name, None)):
+                        names.add((node.module, alias.name))
+    used = _used_names(solution_source)
+    return {(module, name) for module, name in names if name not in used}
+
+
+def exercise_plans(instructor_notebook: Path) -> list[ExercisePlan]:
+    """Read each exercise's title, points, test cell and reference names from the instructor notebook."""
+    chapter = read_chapter(instructor_notebook)
+    cells = {nbgrader_metadata(c).get("grade_id"): c for c in chapter.cells}
+    plans = []
+    for exercise in chapter.exercises:
+        test = cell_source(cells.get(f"{exercise.label}-tests", {}))
+        solution = cell_source(cells.get(f"{exercise.label}-solution", {}))
+        parts = split_hidden(test)
+        plans.append(ExercisePlan(
+            label=exercise.label, title=exercise.title, max_points=float(exercise.test_points or 0),
+            parts=tuple(parts), names=tuple(sorted(free_names(test))),
+            answers=tuple(sorted(free_names(test) & bound_names(ast.parse(solution)))),
+            references=tuple(sorted({name for _, name in _reference_names(test, solution)})),
+            targets=tuple(sorted(_reference_names(test, solution)))))
+    return plans
+
+
+# --- the student's notebook ---------------------------------------------------------------------
+
+class InvalidNotebook(Exception):
+    """The submission is not a notebook the grader can run."""
+
+
+def read_submission(data: bytes | Path) -> list[dict[str, Any]]:
+    """The student's code cells ({source, grade_id, test}); raises InvalidNotebook with a reason."""
+    try:
+        text = (data.read_bytes() if isinstance(data, Path) else data).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidNotebook("invalid notebook: the file is not UTF-8 text") from None
+    try:
+        notebook = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidNotebook(f"invalid notebook: not valid JSON ({error.msg} at line {error.lineno}, "
+                              f"column {error.colno})") from None
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+        raise InvalidNotebook("invalid notebook: no list of cells")
+    code = []
+    for index, cell in enumerate(notebook["cells"]):
+        if not isinstance(cell, dict):
+            raise InvalidNotebook(f"invalid notebook: cell {index} is not a cell")
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        if isinstance(source, list) and all(isinstance(s, str) for s in source):
+            source = "".join(source)
+        if not isinstance(source, str):
+            raise InvalidNotebook(f"invalid notebook: cell {index} has no readable source")
+        meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        grading = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else {}
+        grade_id = grading.get("grade_id") if isinstance(grading.get("grade_id"), str) else ""
+        code.append({"source": source, "grade_id": grade_id, "index": index,
+                     "test": bool(grading.get("grade")) or grade_id.endswith("-tests")})
+    if not code:
+        raise InvalidNotebook("invalid notebook: it has no code cells")
+    return code
+
+
+def anchors(cells: list[dict[str, Any]], plans: list[ExercisePlan]) -> list[tuple[ExercisePlan, int | None]]:
+    """Where each exercise is checked: after its test cell, else its solution cell (cell positions)."""
+    by_id = {c["grade_id"]: i for i, c in enumerate(cells) if c["grade_id"]}
+    anchored = []
+    for plan in plans:
+        position = by_id.get(f"{plan.label}-tests", by_id.get(f"{plan.label}-solution"))
+        anchored.append((plan, position))
+    found = sorted((p for p in anchored if p[1] is not None), key=lambda p: p[1])
+    return found + [p for p in anchored if p[1] is None]
+
+
+
+
+# --- which statements to arm --------------------------------------------------------------------
+
+DYNAMIC = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "setattr", "__import__",
+                     "import_module", "update", "__setitem__", "setdefault", "run_cell", "run_line_magic",
+                     "run_cell_magic", "get_ipython", "push", "__dict__", "modules", "reload", "getattr",
+                     "__builtins__", "builtins"})
+"""Names whose use in a statement may bind an answer without an assignment a parser can see."""
+
+
+MAX_PARSED_CELL = 200_000
+"""Characters: a longer cell is never parsed (it is armed whole); parsing is not free."""
+
+
+def _parse_cell(source: str) -> ast.Module | None:
+    if len(source) > MAX_PARSED_CELL:
+        return None
+    try:
+        return ast.parse(_python_source(source))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _made_of(trees: list[ast.Module]) -> dict[str, set[str]]:
+    """A name bound in the cells -> the identifiers its definitions use (as in references_in_answers)."""
+    made_of: dict[str, set[str]] = {}
+
+    def identifiers(node: ast.AST) -> set[str]:
+        return {c.id if isinstance(c, ast.Name) else c.attr for c in ast.walk(node)
+                if isinstance(c, (ast.Name, ast.Attribute))}
+
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                made_of.setdefault(node.name, set()).update(identifiers(node))
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for name in ast.walk(target):
+                        if isinstance(name, ast.Name):
+                            made_of.setdefault(name.id, set()).update(identifiers(node.value))
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                for name in ast.walk(node.target):
+                    if isinstance(name, ast.Name):
+                        made_of.setdefault(name.id, set()).update(identifiers(node.iter))
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        for name in ast.walk(item.optional_vars):
+                            if isinstance(name, ast.Name):
+                                made_of.setdefault(name.id, set()).update(identifiers(item.context_expr))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    bound = (alias.asname or alias.name).split(".")[0]
+                    made_of.setdefault(bound, set()).update(alias.name.split("."))
+    return made_of
+
+
+def answer_closure(sources: list[str], answers: tuple[str, ...]) -> set[str]:
+    """The names the answers are made of, across the given cells (the answers included)."""
+    made_of = _made_of([t for t in map(_parse_cell, sources) if t is not None])
+    seen, todo = set(), list(answers)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(made_of.get(name, ()))
+    return seen
+
+
+def armed_statements(source: str, closure: set[str]) -> tuple[int, ...]:
+    """Top-level statements of a student's cell to run with the guards armed: those that bind a name
+    in ``closure`` and those that use a construct able to bind names unseen (``exec``, ``globals()``,
+    ``setattr``, a cell magic, ...). A cell that does not parse is armed whole (``(-1,)``)."""
+    tree = _parse_cell(source)
+    if tree is None:
+        return (-1,)
+    chosen = []
+    for index, statement in enumerate(tree.body):
+        used = {c.id if isinstance(c, ast.Name) else c.attr for c in ast.walk(statement)
+                if isinstance(c, (ast.Name, ast.Attribute))}
+        if bound_names(statement) & closure or used & DYNAMIC or any(
+                isinstance(c, (ast.Global, ast.Nonlocal)) for c in ast.walk(statement)):
+            chosen.append(index)
+    return tuple(chosen)
+
+
+# --- copies of the reference source -------------------------------------------------------------
+
+PLAGIARISM_MIN_NODES = 40
+"""Functions smaller than this (in AST nodes) are not compared: a one-liner has few ways to be written."""
+
+
+class _Normalise(ast.NodeTransformer):
+    """Rename every local name to its order of first appearance; drop docstrings and annotations."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def _name(self, name: str) -> str:
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.name = "f"
+        node.returns = None
+        node.decorator_list = []
+        if node.body and isinstance(node.body[0], ast.Expr) and isinstance(getattr(node.body[0], "value", None),
+                                                                            ast.Constant) \
+                and isinstance(node.body[0].value.value, str):
+            node.body = node.body[1:] or [ast.Pass()]
+        self.generic_visit(node)
+        return node
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        node.arg = self._name(node.arg)
+        node.annotation = None
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        node.id = self._name(node.id)
+        return node
+
+
+def _fingerprint(function: ast.FunctionDef) -> tuple[str, int] | None:
+    copy = ast.parse(ast.unparse(function)).body[0]
+    normal = _Normalise().visit(copy)
+    size = sum(1 for _ in ast.walk(normal))
+    if size < PLAGIARISM_MIN_NODES:
+        return None
+    return hashlib.sha256(ast.dump(normal, annotate_fields=False).encode()).hexdigest(), size
+
+
+def reference_fingerprints(targets: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """Normalised-AST fingerprint -> reference name, for each reference function and each method of a
+    reference class."""
+    import importlib
+    import textwrap
+
+    found = {}
+    for module_name, name in targets:
+        try:
+            obj = getattr(importlib.import_module(module_name), name)
+            tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+        except (ImportError, AttributeError, OSError, TypeError, SyntaxError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                fingerprint = _fingerprint(node)
+                if fingerprint:
+                    found[fingerprint[0]] = name
+    return found
+
+
+def copied_references(sources: list[str], fingerprints: dict[str, str]) -> dict[str, str]:
+    """The student's functions that copy a reference's source (up to names, docstrings and
+    annotations): {the student's function name: the reference's name}."""
+    copied = {}
+    for source in sources:
+        tree = _parse_cell(source)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                fingerprint = _fingerprint(node)
+                if fingerprint and fingerprint[0] in fingerprints:
+                    copied[node.name] = fingerprints[fingerprint[0]]
+    return copied
+
+
+def released_sources(released_notebook: Path | None) -> set[str]:
+    """The code cells of the student version, stripped: cells a student did not write."""
+    if released_notebook is None or not released_notebook.is_file():
+        return set()
+    notebook = json.loads(released_notebook.read_text(encoding="utf-8"))
+    sources = set()
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") == "code":
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else source
+            if "NotImplementedError" not in source:
+                sources.add(source.strip())
+    return sources
