@@ -166,3 +166,13 @@ def test_concatenation_bytes_match_a_real_cache():
     assert written == kc.concatenation_bytes(len(model.decoder.layers), 2, 6, model.config.d_model, 4)
     with pytest.raises(ValueError):
         kc.concatenation_bytes(0, 1, 4, 8)
+
+
+def test_encoder_traffic_grows_with_the_positions_read_per_weight():
+    config = TransformerConfig(37000, 37000)
+    one = kc.encoder_traffic(config, src_len=1, batch_size=1)
+    many = kc.encoder_traffic(config, src_len=1024, batch_size=8)
+    assert one["weight bytes"] == many["weight bytes"] == 2 * 6 * (4 * 512 * 512 + 4 * 512 + 2 * 512 * 2048
+                                                                    + 2048 + 512 + 4 * 512)
+    assert one["FLOPs per byte"] < 1.1 < 100 < many["FLOPs per byte"]
+    assert many["FLOPs"] == kc.encoder_flops(config, 1024, 8)

@@ -362,3 +362,24 @@ def concatenation_bytes(num_layers: int, batch_size: int, num_tokens: int, d_mod
     per_position = 2 * check_int("num_layers", num_layers, minimum=1) * check_int("batch_size", batch_size, minimum=1) \
         * check_int("d_model", d_model, minimum=1) * check_int("bytes_per_number", bytes_per_number, minimum=1)
     return per_position * sum(range(2, n + 1))
+
+
+def encoder_traffic(config: TransformerConfig, src_len: int, batch_size: int = 1,
+                    bytes_per_number: int = 2) -> dict[str, float]:
+    """FLOPs and weight bytes of encoding a (B, S) source in one pass, the "prefill" of an encoder-decoder.
+
+    The encoder reads each of its weights once for all B S positions, so its arithmetic intensity
+    grows with B S, where a cached decoding step (:func:`cached_step_traffic`) reads every weight
+    for one position per sequence. Activations (B S D numbers per sub-layer) are not counted, so
+    the ratio is an upper bound on the intensity of the pass.
+
+    Returns:
+        {"FLOPs", "weight bytes", "FLOPs per byte"}.
+    """
+    from transformer_course.measure.cost import encoder_layer_parameters
+
+    check_instance("config", config, TransformerConfig)
+    size = check_int("bytes_per_number", bytes_per_number, minimum=1)
+    flops = encoder_flops(config, src_len, batch_size)
+    weights = config.num_encoder_layers * encoder_layer_parameters(config.d_model, config.d_ff, config.activation) * size
+    return {"FLOPs": float(flops), "weight bytes": float(weights), "FLOPs per byte": flops / weights}
