@@ -101,3 +101,78 @@ def test_cost_table_refuses_swapped_or_short_runs():
         kc.decode_cost_table(plain, cached, model.config, (4,))
     with pytest.raises(ValueError, match="lengths"):
         kc.decode_cost_table(plain, cached, model.config, ())
+
+
+# --- the polynomial in n, growth, traffic and copies (DL0036, issues 23 and 24) ------------------
+
+@pytest.mark.parametrize("overrides", [{}, {"activation": "swiglu"}, {"num_decoder_layers": 3, "d_model": 8}])
+@pytest.mark.parametrize("use_cache", [False, True])
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_polynomial_equals_the_sum_of_steps(overrides, use_cache, batch_size):
+    config = _model(**overrides).config
+    terms = kc.decode_flops_polynomial(config, 5, use_cache, batch_size)
+    for n in (1, 2, 3, 10, 37):
+        assert kc.evaluate_polynomial(terms, n) == kc.decode_flops(config, 5, n, use_cache, batch_size)
+    assert (terms["n^3"] == 0) == use_cache  # no cubic term with the cache, one without
+
+
+def test_polynomial_by_hand_for_one_layer():
+    """d = 2, F = 3, V = 5, S = 1, N = 1, no cache: step t costs 12 t 4 + 4 t^2 2 + 4 * 4 + 4 t 2 + 4 t 6 + 2 t 10."""
+    config = TransformerConfig(7, 5, d_model=2, num_heads=1, num_encoder_layers=1, num_decoder_layers=1, d_ff=3)
+    steps = [48 * t + 8 * t * t + 16 + 8 * t + 24 * t + 20 * t for t in (1, 2, 3)]
+    terms = kc.decode_flops_polynomial(config, 1, use_cache=False)
+    assert kc.evaluate_polynomial(terms, 3, one_off=False) == sum(steps)
+    assert terms["one-off"] == kc.encoder_flops(config, 1)
+
+
+def test_growth_ratios_lie_between_the_asymptotes_and_cross_over():
+    config = _model().config
+    table = kc.growth_table(config, 5, [2 ** k for k in range(1, 16)])
+    cached = table["x per doubling, with cache"].dropna()
+    plain = table["x per doubling, without cache"].dropna()
+    assert ((cached > 2) & (cached < 4)).all() and cached.is_monotonic_increasing
+    assert ((plain > 2) & (plain < 8)).all() and plain.is_monotonic_increasing
+    n_star = kc.crossover_length(kc.decode_flops_polynomial(config, 5, True))
+    x = 2 ** 14 / n_star  # from n = 2^14 to 2^15: the ratio of c1 n + c2 n^2 is 2 (1 + 2x) / (1 + x), x = n / n*
+    assert cached.iloc[-1] == pytest.approx(2 * (1 + 2 * x) / (1 + x))
+    with pytest.raises(ValueError):
+        kc.growth_table(config, 5, [])
+
+
+def test_cached_step_traffic_by_hand():
+    config = TransformerConfig(7, 5, d_model=2, num_heads=1, num_encoder_layers=1, num_decoder_layers=1, d_ff=3)
+    weights = (2 * (4 * 2 * 2 + 4 * 2) + (2 * 2 * 3 + 3 + 2) + 3 * 2 * 2) + 5 * 2 + 5  # decoder layer + output layer
+    assert kc.decoder_weight_count(config) == weights
+    traffic = kc.cached_step_traffic(config, src_len=1, step=3, batch_size=2, bytes_per_number=2)
+    assert traffic["weight bytes"] == 2 * weights
+    assert traffic["cache bytes"] == 2 * 1 * 2 * (3 + 1) * 2 * 2
+    assert traffic["FLOPs per byte"] == kc.decode_step_flops(config, 1, 3, True, 2) / (2 * weights + 64)
+    with pytest.raises(ValueError):
+        kc.cached_step_traffic(config, 1, step=1)  # step 1 also projects the cross-attention keys
+
+
+def test_concatenation_bytes_match_a_real_cache():
+    model = _model()
+    src = _source(batch=2)
+    cache, written = kc.KVCache(len(model.decoder.layers)), 0
+    tokens = torch.zeros(2, 6, dtype=torch.long)
+    with torch.no_grad():
+        memory = model.encode(src)
+        for t in range(1, 7):
+            before = [entry.self_attn.keys for entry in cache.layers]
+            model.decode_step(tokens[:, :t], memory, cache)
+            written += sum(e.self_attn.keys.nbytes + e.self_attn.values.nbytes
+                           for old, e in zip(before, cache.layers) if old is not None)
+    assert written == kc.concatenation_bytes(len(model.decoder.layers), 2, 6, model.config.d_model, 4)
+    with pytest.raises(ValueError):
+        kc.concatenation_bytes(0, 1, 4, 8)
+
+
+def test_encoder_traffic_grows_with_the_positions_read_per_weight():
+    config = TransformerConfig(37000, 37000)
+    one = kc.encoder_traffic(config, src_len=1, batch_size=1)
+    many = kc.encoder_traffic(config, src_len=1024, batch_size=8)
+    assert one["weight bytes"] == many["weight bytes"] == 2 * 6 * (4 * 512 * 512 + 4 * 512 + 2 * 512 * 2048
+                                                                    + 2048 + 512 + 4 * 512)
+    assert one["FLOPs per byte"] < 1.1 < 100 < many["FLOPs per byte"]
+    assert many["FLOPs"] == kc.encoder_flops(config, 1024, 8)

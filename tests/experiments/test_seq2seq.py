@@ -74,3 +74,29 @@ def test_bad_arguments(call, error, match):
     model = toy_transformer(d_model=16, num_heads=2, num_layers=1, d_ff=32)
     with pytest.raises(error, match=match):
         call(model)
+
+
+# --- the residual stream after every sub-layer, and the placement of the norms -------------------
+
+def test_post_ln_streams_are_standardized_and_pre_ln_streams_are_not():
+    from transformer_course.experiments.seq2seq import residual_stream_table, stream_departure, with_placement
+
+    model = toy_transformer(d_model=16, num_heads=2, num_layers=2, d_ff=32, seed=2)
+    with torch.no_grad():  # trained-looking norms: gamma and beta away from 1 and 0
+        for module in model.modules():
+            if hasattr(module, "weight") and module.__class__.__name__ == "LayerNorm":
+                module.weight.uniform_(0.5, 2.0)
+                module.bias.uniform_(-1.0, 1.0)
+    src, decoder_input, _ = make_batch("reverse", 8, 5, torch.Generator().manual_seed(0))
+    post = residual_stream_table(model, src, decoder_input)
+    assert len(post) == 2 * 2 + 3 * 2 and (post["rows"] > 0).all()
+    assert stream_departure(post) < 1e-3
+    pre_model = with_placement(model, norm_first=True)
+    assert pre_model.config.norm_first and torch.equal(pre_model.encoder.layers[0].norm1.weight,
+                                                       model.encoder.layers[0].norm1.weight)
+    assert stream_departure(residual_stream_table(pre_model, src, decoder_input)) > 0.05
+    back = with_placement(pre_model, norm_first=False)  # and back: the same function as the original
+    with torch.no_grad():
+        assert torch.allclose(back(src, decoder_input), model.eval()(src, decoder_input), atol=1e-6)
+    with pytest.raises(TypeError, match="norm_first"):
+        with_placement(model, norm_first=1)

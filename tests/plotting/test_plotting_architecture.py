@@ -70,3 +70,26 @@ def test_loss_curve_and_bad_inputs():
         plot_transformer(torch.nn.Linear(2, 2))
     with pytest.raises(TypeError, match="model must be a transformer_course"):
         plot_stacks("model")
+
+
+def test_loss_curves_of_an_ensemble_mark_the_threshold():
+    from transformer_course.plotting.architecture import plot_loss_curves
+
+    fig = plot_loss_curves({0: [3.0, 1.0, 0.05, 0.01], 1: [3.0, 2.0, 0.5, 0.2]}, threshold=0.1)
+    ax = fig.axes[0]
+    dots = [line for line in ax.lines if line.get_marker() == "o"]
+    assert len(dots) == 1 and list(dots[0].get_xdata()) == [3]  # seed 0 first below 0.1 at step 3; seed 1 never
+    with pytest.raises(ValueError, match="one length"):
+        plot_loss_curves({0: [1.0, 0.5], 1: [1.0]})
+    with pytest.raises(ValueError, match="at least one seed"):
+        plot_loss_curves({})
+
+
+def test_encoder_layer_is_labelled_with_the_source_length():
+    from transformer_course.plotting.architecture import plot_encoder_and_decoder_layers
+
+    model = _model()
+    fig = plot_encoder_and_decoder_layers(model.encoder.layers[0], model.decoder.layers[0])
+    left, right = ([t.get_text() for t in ax.texts] for ax in fig.axes[:2])
+    assert any("(B, S, d_model=16)" in t for t in left) and not any("(B, T," in t for t in left)
+    assert any("(B, T, d_model=16)" in t for t in right)

@@ -28,3 +28,16 @@ def test_one_panel_per_layer_and_head_with_token_labels():
 def test_bad_arguments(args, error, match):
     with pytest.raises(error, match=match):
         plot_cross_attention_maps(*args)
+
+
+def test_memory_patching_figure():
+    from transformer_course.plotting.cross_attention import plot_memory_patching
+
+    changed = torch.rand(5, 4, dtype=torch.float64)
+    fig = plot_memory_patching(changed, [f"output {t}" for t in range(5)], {"a": [0.1, 0.9], "b": [0.5]})
+    heatmap, points = fig.axes[0], fig.axes[1]
+    assert heatmap.images and [t.get_text() for t in points.get_yticklabels()] == ["a", "b"]
+    with pytest.raises(ValueError, match="T=5 names"):
+        plot_memory_patching(changed, ["x"], {"a": [0.1]})
+    with pytest.raises(ValueError, match="at least one statistic"):
+        plot_memory_patching(changed, list("abcde"), {})

@@ -83,3 +83,11 @@ def test_bad_inputs():
         plot_layer_placement(EncoderLayer(16, 2, 32, norm_first=True), EncoderLayer(16, 2, 32, norm_first=True))
     with pytest.raises(ValueError, match="pre_ln_layer must have norm_first=True"):
         plot_layer_placement(EncoderLayer(16, 2, 32), EncoderLayer(16, 2, 32))
+
+
+def test_plot_layer_names_the_sequence_length():
+    text = "\n".join(_texts(plot_layer(EncoderLayer(16, 2, 32), length="S").axes[0]))
+    assert "(B, S, d_model=16)" in text and "(B, T," not in text
+    assert "(B, T, d_model=16)" in "\n".join(_texts(plot_layer(EncoderLayer(16, 2, 32)).axes[0]))  # the default
+    with pytest.raises(ValueError, match="length"):
+        plot_layer(EncoderLayer(16, 2, 32), length="")

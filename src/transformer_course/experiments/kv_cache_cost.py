@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import pandas as pd
 import torch
@@ -229,3 +230,156 @@ def decode_cost_table(plain: TracedDecode, cached: TracedDecode, config: Transfo
         row["without / with"] = row["FLOPs without cache"] / row["FLOPs with cache"]
         rows.append(row)
     return pd.DataFrame(rows).set_index("tokens generated n")
+
+
+# --- The count as a polynomial in n: asymptotics and the one-off costs ------------------------
+
+
+def decode_flops_polynomial(config: TransformerConfig, src_len: int, use_cache: bool,
+                            batch_size: int = 1) -> dict[str, Fraction]:
+    """The closed form of :func:`decode_flops` summed over the steps, as exact polynomial coefficients in n.
+
+    Summing :func:`decode_step_flops` over t = 1 .. n with sum t = n(n+1)/2 and sum t^2 =
+    n(n+1)(2n+1)/6 gives, with A = N (12 D^2 + 4 S D + 2 m D F) + 2 D V (one position through every
+    decoder layer and the output projection, without its attention over the prefix):
+
+        with the cache:    one-off + (A + 2 N D) n + 2 N D n^2                      (no n^3 term)
+        without it:        one-off + (A/2 + 2 N D / 3 + 4 N S D^2) n + (A/2 + 2 N D) n^2 + (4/3) N D n^3
+
+    times B. The one-off cost is the encoder, run once either way, plus, with the cache, the
+    cross-attention keys and values of the encoder output (4 N S D^2), projected once at step 1
+    (without the cache they are projected again at every step: the 4 N S D^2 n term).
+
+    Returns:
+        {"one-off": ..., "n": ..., "n^2": ..., "n^3": ...} as ``fractions.Fraction`` (exact).
+    """
+    check_instance("config", config, TransformerConfig)
+    s = check_int("src_len", src_len, minimum=1)
+    check_bool("use_cache", use_cache)
+    b = check_int("batch_size", batch_size, minimum=1)
+    n_layers, d, f, v = config.num_decoder_layers, config.d_model, config.d_ff, config.tgt_vocab_size
+    a = n_layers * (12 * d * d + 4 * s * d + 2 * _ffn_matrices(config) * d * f) + 2 * d * v
+    one_off = encoder_flops(config, s, b)
+    if use_cache:
+        terms = {"one-off": Fraction(one_off + b * 4 * n_layers * s * d * d), "n": Fraction(b * (a + 2 * n_layers * d)),
+                 "n^2": Fraction(b * 2 * n_layers * d), "n^3": Fraction(0)}
+    else:
+        terms = {"one-off": Fraction(one_off),
+                 "n": b * (Fraction(a, 2) + Fraction(2 * n_layers * d, 3) + 4 * n_layers * s * d * d),
+                 "n^2": b * (Fraction(a, 2) + 2 * n_layers * d), "n^3": b * Fraction(4 * n_layers * d, 3)}
+    return terms
+
+
+def evaluate_polynomial(terms: dict[str, Fraction], num_tokens: int, one_off: bool = True) -> Fraction:
+    """The value of :func:`decode_flops_polynomial`'s polynomial at n (with or without its one-off term)."""
+    n = check_int("num_tokens", num_tokens, minimum=0)
+    value = terms["n"] * n + terms["n^2"] * n ** 2 + terms["n^3"] * n ** 3
+    return value + terms["one-off"] if one_off else value
+
+
+def crossover_length(terms: dict[str, Fraction]) -> float:
+    """n at which the highest-order term of the decoder's FLOPs equals the one below it.
+
+    With the cache: n* = c_1 / c_2, where the n^2 D attention term catches up with the n D^2
+    projections and FFN; without it: n* = c_2 / c_3, where the n^3 D term catches up with n^2 D^2.
+    """
+    if terms["n^3"]:
+        return float(terms["n^2"] / terms["n^3"])
+    return float(terms["n"] / terms["n^2"])
+
+
+@exhibit
+def growth_table(config: TransformerConfig, src_len: int, lengths: Sequence[int], batch_size: int = 1) -> pd.DataFrame:
+    """Decoder FLOPs (one-off costs apart) and their growth per doubling of n, from the polynomial.
+
+    Returns:
+        DataFrame indexed by "tokens generated n" with the columns "decoder FLOPs with cache",
+        "decoder FLOPs without cache" (ints) and "x per doubling, with cache", "x per doubling,
+        without cache": P(n) / P(n / 2) (NaN for the first row), where P excludes the one-off terms.
+    """
+    check_instance("config", config, TransformerConfig)
+    lengths = check_sizes("lengths", lengths)
+    rows = []
+    for n in lengths:
+        row = {"tokens generated n": n}
+        for label, use_cache in (("with cache", True), ("without cache", False)):
+            terms = decode_flops_polynomial(config, src_len, use_cache, batch_size)
+            value = evaluate_polynomial(terms, n, one_off=False)
+            row[f"decoder FLOPs {label}"] = int(value)
+            half = evaluate_polynomial(terms, n // 2, one_off=False) if n % 2 == 0 and n > 1 else None
+            row[f"x per doubling, {label}"] = float(value / half) if half else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("tokens generated n")
+
+
+# --- What a cached step moves through memory ---------------------------------------------------
+
+
+def decoder_weight_count(config: TransformerConfig) -> int:
+    """Parameters a decoding step reads: every decoder layer and the output projection (V x D + V).
+
+    The embedding lookup reads only B rows, and the encoder does not run, so neither is counted.
+    """
+    from transformer_course.measure.cost import decoder_layer_parameters
+
+    check_instance("config", config, TransformerConfig)
+    d, v = config.d_model, config.tgt_vocab_size
+    return config.num_decoder_layers * decoder_layer_parameters(d, config.d_ff, config.activation) + v * d + v
+
+
+def cached_step_traffic(config: TransformerConfig, src_len: int, step: int, batch_size: int = 1,
+                        bytes_per_number: int = 2) -> dict[str, float]:
+    """FLOPs and bytes read from memory by one cached decoding step t (t >= 2), and their ratio.
+
+    Every step reads all the decoder's weights once (shared by the B sequences) and, for every
+    sequence, the whole cache: t self-attention and S cross-attention keys and values per layer,
+    2 N B (t + S) D numbers. Activations of one position are negligible beside these and are not
+    counted. Arithmetic intensity = FLOPs / bytes read: below the processor's ratio of peak
+    FLOP/s to memory bandwidth, the step waits on memory (Pope et al., 2022; Williams et al., 2009).
+
+    Returns:
+        {"FLOPs", "weight bytes", "cache bytes", "bytes read", "FLOPs per byte"}.
+    """
+    t = check_int("step", step, minimum=2)
+    b = check_int("batch_size", batch_size, minimum=1)
+    size = check_int("bytes_per_number", bytes_per_number, minimum=1)
+    flops = decode_step_flops(config, src_len, t, use_cache=True, batch_size=b)
+    weights = decoder_weight_count(config) * size
+    cache = 2 * config.num_decoder_layers * b * (t + src_len) * config.d_model * size
+    return {"FLOPs": float(flops), "weight bytes": float(weights), "cache bytes": float(cache),
+            "bytes read": float(weights + cache), "FLOPs per byte": flops / (weights + cache)}
+
+
+def concatenation_bytes(num_layers: int, batch_size: int, num_tokens: int, d_model: int,
+                        bytes_per_number: int = 4) -> int:
+    """Bytes written by ``torch.cat`` growing a self-attention cache to n positions, one position a step.
+
+    ``AttentionCache.update`` appends with ``torch.cat``, which writes a new (B, H, t, Dh) tensor
+    for the keys and one for the values at every step t >= 2: 2 N B t D numbers. Summed over
+    t = 2 .. n: N B D (n (n + 1) - 2) numbers, about (n + 1) / 2 times the final cache.
+    """
+    n = check_int("num_tokens", num_tokens, minimum=1)
+    per_position = 2 * check_int("num_layers", num_layers, minimum=1) * check_int("batch_size", batch_size, minimum=1) \
+        * check_int("d_model", d_model, minimum=1) * check_int("bytes_per_number", bytes_per_number, minimum=1)
+    return per_position * sum(range(2, n + 1))
+
+
+def encoder_traffic(config: TransformerConfig, src_len: int, batch_size: int = 1,
+                    bytes_per_number: int = 2) -> dict[str, float]:
+    """FLOPs and weight bytes of encoding a (B, S) source in one pass, the "prefill" of an encoder-decoder.
+
+    The encoder reads each of its weights once for all B S positions, so its arithmetic intensity
+    grows with B S, where a cached decoding step (:func:`cached_step_traffic`) reads every weight
+    for one position per sequence. Activations (B S D numbers per sub-layer) are not counted, so
+    the ratio is an upper bound on the intensity of the pass.
+
+    Returns:
+        {"FLOPs", "weight bytes", "FLOPs per byte"}.
+    """
+    from transformer_course.measure.cost import encoder_layer_parameters
+
+    check_instance("config", config, TransformerConfig)
+    size = check_int("bytes_per_number", bytes_per_number, minimum=1)
+    flops = encoder_flops(config, src_len, batch_size)
+    weights = config.num_encoder_layers * encoder_layer_parameters(config.d_model, config.d_ff, config.activation) * size
+    return {"FLOPs": float(flops), "weight bytes": float(weights), "FLOPs per byte": flops / weights}

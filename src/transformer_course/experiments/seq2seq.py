@@ -191,3 +191,86 @@ def encoder_decoder_table(model: Transformer) -> pd.DataFrame:
             "Parameters per layer": f"{sum(p.numel() for p in layer.parameters()):,}",
         }
     return pd.DataFrame(columns).rename_axis("Aspect")
+
+
+# --- What each sub-layer hands on: the residual stream, standardized ---------------------------
+
+
+@torch.no_grad()
+def residual_stream_table(model: Transformer, src: torch.Tensor, decoder_input: torch.Tensor) -> pd.DataFrame:
+    """Row statistics of the residual stream after every sub-layer, with that sub-layer's LayerNorm undone.
+
+    Hooks record what each residual block of every encoder and decoder layer hands on (the next
+    sub-layer's input, or the layer's output after the last block) while ``model`` runs once on
+    (``src``, ``decoder_input``). Each recorded stream is mapped through the inverse of the affine
+    part of the block's LayerNorm, (z - beta) / gamma, and the mean and standard deviation of
+    every row (token vector) are taken. In Post-LN the stream *is* the LayerNorm's output, so the
+    rows are standardized (mean 0, std 1 up to the epsilon); in Pre-LN the block hands on
+    x + Sublayer(LN(x)), which nothing renormalizes, and the same statistics depart from 0 and 1.
+
+    Args:
+        model: an encoder-decoder ``Transformer`` (put in eval mode here).
+        src: (B, S) source ids; decoder_input: (B, T) decoder input ids.
+
+    Returns:
+        DataFrame indexed by "sub-layer" ("encoder.layers.0, after self_attn", ...) with columns
+        "rows", "max |row mean|", "min row std", "max row std" (floats, unrounded).
+    """
+    from transformer_course.nn.layers import DecoderLayer, EncoderLayer
+
+    _check_model(model).eval()
+    records: list[dict] = []
+
+    def recorder(name: str, norm: nn.Module, what: str):
+        def record(stream: torch.Tensor) -> None:  # (B, L, D)
+            standardized = (stream - norm.bias) / norm.weight  # (B, L, D), before gamma and beta
+            mean = standardized.mean(-1)  # (B, L)
+            std = standardized.var(-1, unbiased=False).sqrt()  # (B, L)
+            records.append({"sub-layer": f"{name}, {what}", "rows": mean.numel(),
+                            "max |row mean|": float(mean.abs().max()), "min row std": float(std.min()),
+                            "max row std": float(std.max())})
+        return record
+
+    handles = []
+    try:
+        for name, layer in model.named_modules():
+            if not isinstance(layer, (EncoderLayer, DecoderLayer)):
+                continue
+            blocks = layer.SUBLAYERS  # (sub-layer, its LayerNorm, its dropout), in order
+            for block, following in zip(blocks, blocks[1:]):  # the stream after `block` enters `following`
+                on_stream = recorder(name, getattr(layer, block.norm), f"after {block.name}")
+                handles.append(getattr(layer, following.name).register_forward_pre_hook(
+                    lambda module, args, on_stream=on_stream: on_stream(args[0])))
+            on_output = recorder(name, getattr(layer, blocks[-1].norm), f"after {blocks[-1].name}")
+            handles.append(layer.register_forward_hook(
+                lambda module, args, output, on_output=on_output: on_output(output)))
+        device = next(model.parameters()).device
+        model(src.to(device), decoder_input.to(device))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return pd.DataFrame(records).set_index("sub-layer")
+
+
+def with_placement(model: Transformer, norm_first: bool) -> Transformer:
+    """A copy of ``model`` with the same weights and the LayerNorms placed Pre-LN (True) or Post-LN (False).
+
+    A Pre-LN stack ends with one more LayerNorm per stack (``encoder.norm``, ``decoder.norm``),
+    which a Post-LN model does not have: it keeps its initial gamma = 1, beta = 0 (or is dropped).
+    """
+    from dataclasses import replace
+
+    _check_model(model)
+    check_instance("norm_first", norm_first, bool)
+    other = Transformer(replace(model.config, norm_first=norm_first))
+    missing, unexpected = other.load_state_dict(model.state_dict(), strict=False)
+    final_norms = {f"{stack}.norm.{p}" for stack in ("encoder", "decoder") for p in ("weight", "bias")}
+    if not set(missing) | set(unexpected) <= final_norms:
+        raise RuntimeError(f"weights do not carry over: missing {missing}, unexpected {unexpected}")
+    return other.to(next(model.parameters()).device).eval()
+
+
+def stream_departure(table: pd.DataFrame) -> float:
+    """Largest departure from standardized rows in a :func:`residual_stream_table`: max |mean| or |std - 1|."""
+    return float(max(table["max |row mean|"].max(), (table["min row std"] - 1).abs().max(),
+                     (table["max row std"] - 1).abs().max()))

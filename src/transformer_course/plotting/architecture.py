@@ -181,8 +181,8 @@ def plot_encoder_and_decoder_layers(encoder_layer: EncoderLayer, decoder_layer: 
     check_instance("decoder_layer", decoder_layer, DecoderLayer)
     figure = new_figure(9.0, 8.0)
     left, right = figure.subplots(1, 2)
-    plot_layer(encoder_layer, ax=left)
-    plot_layer(decoder_layer, ax=right)
+    plot_layer(encoder_layer, ax=left, length="S")  # the encoder reads the source: (B, S, d_model)
+    plot_layer(decoder_layer, ax=right, length="T")
     return figure
 
 
@@ -346,4 +346,44 @@ def plot_loss_curve(losses: list[float], title: str = "Training loss") -> Figure
     ax.set_ylabel("cross-entropy (nats / token)")
     ax.set_title(title)
     ax.legend(frameon=False)
+    return figure
+
+
+@exhibit
+def plot_loss_curves(losses_by_seed: dict[int, list[float]], threshold: float | None = None,
+                     title: str = "Training loss") -> Figure:
+    """The per-step training loss (log scale) of every seed of an ensemble, one line each.
+
+    Args:
+        losses_by_seed: {seed: losses of every step}, all of the same length.
+        threshold: optional loss level drawn as a dashed line, each seed's first step below it
+            marked with a dot.
+        title: the axes title.
+
+    Raises:
+        ValueError: if ``losses_by_seed`` is empty, a curve is empty, or the curves differ in length.
+    """
+    if not losses_by_seed:
+        raise ValueError("losses_by_seed must hold at least one seed, got none")
+    lengths = {len(losses) for losses in losses_by_seed.values()}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError(f"losses_by_seed must hold non-empty curves of one length, got lengths {sorted(lengths)}")
+    figure = new_figure(6.4, 3.6)
+    ax = figure.add_subplot()
+    steps = range(1, lengths.pop() + 1)
+    for index, (seed, losses) in enumerate(losses_by_seed.items()):
+        ax.plot(steps, losses, color=PALETTE["projection"], alpha=0.55, linewidth=1.0,
+                label=f"{len(losses_by_seed)} seeds" if index == 0 else None)
+        if threshold is not None:
+            first = next((i for i, loss in enumerate(losses) if loss < threshold), None)
+            if first is not None:
+                ax.plot([first + 1], [losses[first]], marker="o", markersize=4, color=PALETTE["output"],
+                        label="first step below" if index == 0 else None)
+    if threshold is not None:
+        ax.axhline(threshold, color="black", linestyle="--", linewidth=1.0, label=f"loss {threshold:g}")
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy (nats / token)")
+    ax.set_title(title)
+    ax.legend(frameon=False, fontsize=9)
     return figure

@@ -149,7 +149,7 @@ def _limits(layer: EncoderLayer | DecoderLayer) -> tuple[float, float]:
 
 
 @exhibit
-def plot_layer(layer: EncoderLayer | DecoderLayer, ax: Axes | None = None) -> Figure:
+def plot_layer(layer: EncoderLayer | DecoderLayer, ax: Axes | None = None, length: str = "T") -> Figure:
     """Draw one encoder or decoder layer as a bottom-to-top flow read off the module.
 
     Each sub-layer is a box on the residual stream, with its skip connection on the left, its
@@ -161,6 +161,8 @@ def plot_layer(layer: EncoderLayer | DecoderLayer, ax: Axes | None = None) -> Fi
     Args:
         layer: an ``EncoderLayer`` or ``DecoderLayer`` instance.
         ax: an axes to draw into (its limits, aspect and title are set); None makes a new figure.
+        length: the symbol of the sequence length in the shape labels, "(B, <length>, d_model)":
+            "T" (the default) or "S" for an encoder layer that reads a source.
 
     Returns:
         The figure that holds the drawing (``ax.figure`` when ``ax`` is given).
@@ -169,6 +171,8 @@ def plot_layer(layer: EncoderLayer | DecoderLayer, ax: Axes | None = None) -> Fi
         TypeError: if ``layer`` is not an ``EncoderLayer``/``DecoderLayer`` or ``ax`` is not an Axes.
     """
     layer = _check_layer(layer)
+    if not isinstance(length, str) or not length.strip():
+        raise ValueError(f"length must be a non-empty string such as 'S' or 'T', got {length!r}")
     if ax is not None and not isinstance(ax, Axes):
         raise TypeError(f"ax must be a matplotlib Axes or None, got {type(ax).__name__}")
     parts = sublayers(layer)
@@ -180,7 +184,7 @@ def plot_layer(layer: EncoderLayer | DecoderLayer, ax: Axes | None = None) -> Fi
     width = layer.norm1.d_model if hasattr(layer.norm1, "d_model") else layer.self_attn.d_model
     half = _BOX_WIDTH / 2
 
-    ax.text(0.0, -0.95, f"x  (B, T, d_model={width})", ha="center", va="center", fontsize=9)
+    ax.text(0.0, -0.95, f"x  (B, {length}, d_model={width})", ha="center", va="center", fontsize=9)
     y = -0.7  # the top of whatever was drawn last on the residual stream
     for part in parts:
         colour = PALETTE["ffn"] if part.kind == "feed-forward" else PALETTE["attention"]
@@ -215,7 +219,7 @@ def plot_layer(layer: EncoderLayer | DecoderLayer, ax: Axes | None = None) -> Fi
         ax.text(_SKIP_X - 0.08, (branch_y + add_y) / 2, "residual", rotation=90, ha="right", va="center",
                 fontsize=9)
     draw_arrow(ax, (0.0, y), (0.0, y + 0.5))
-    ax.text(0.0, y + 0.7, f"output  (B, T, d_model={width})", ha="center", va="center", fontsize=9)
+    ax.text(0.0, y + 0.7, f"output  (B, {length}, d_model={width})", ha="center", va="center", fontsize=9)
     if layer.norm_first:
         ax.text(0.0, y + 1.05, "(a Pre-LN stack ends with one more LayerNorm)", ha="center", va="center",
                 fontsize=9, style="italic")

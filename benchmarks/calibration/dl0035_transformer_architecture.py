@@ -1,0 +1,36 @@
+"""Calibration of DL0035's conclusions: the reversal ensemble of seeds base .. base + 7.
+
+The chapter runs ``reversal_ensemble(SEED)`` and asserts ``reversal_claims`` on it; this module
+returns the same claims for any base seed. The ensemble members are independent, so each seed's
+run is computed once and cached (30 base seeds need 37 seeds), in ``$DL0035_CALIBRATION_CACHE``
+(default: a folder in the system's temporary directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
+from transformer_course.experiments.claims import Claim
+from transformer_course.experiments.reversal import ENSEMBLE_SIZE, REVERSAL, reversal_claims, reversal_run
+
+CACHE = Path(os.environ.get("DL0035_CALIBRATION_CACHE", Path(tempfile.gettempdir()) / "dl0035_calibration"))
+
+
+def _run(seed: int):
+    settings = hashlib.sha1(repr(REVERSAL).encode()).hexdigest()[:12]  # a new setting, a new cache entry
+    path = CACHE / f"{settings}_{seed}.pickle"
+    if path.is_file():
+        return pickle.loads(path.read_bytes())
+    run = reversal_run(seed, REVERSAL)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(run))
+    return run
+
+
+def claims(base_seed: int) -> list[Claim]:
+    groups = reversal_claims([_run(base_seed + k) for k in range(ENSEMBLE_SIZE)])
+    return [claim for group in groups.values() for claim in group]
