@@ -202,3 +202,10 @@ def test_batch_hook_sees_every_step_and_does_not_change_training():
     b, losses_b = hs.train_lookup_model(seed=2, steps=6, batch_size=8)
     assert seen == list(range(6)) and losses_a == losses_b
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_per_head_loop_equals_a_grouped_query_module(gen):
+    module = MultiHeadAttention(16, 4, num_kv_heads=2).double()
+    x = torch.randn(2, 5, 16, generator=gen, dtype=torch.float64)
+    looped, heads = hs.per_head_attention(module, x, x, x)
+    torch.testing.assert_close(looped, module(x, x, x), rtol=0, atol=1e-12)

@@ -390,11 +390,12 @@ def per_head_attention(module: MultiHeadAttention, query: torch.Tensor, key: tor
     if mask is not None:
         validate_mask(mask, query.shape[1], key.shape[1])
     dh = module.d_head
+    group = module.num_heads // module.num_kv_heads  # 1 unless key/value heads are shared (GQA)
     heads = []
     for i in range(module.num_heads):
-        rows = slice(i * dh, (i + 1) * dh)
         projected = []
-        for x, proj in ((query, module.q_proj), (key, module.k_proj), (value, module.v_proj)):
+        for x, proj, j in ((query, module.q_proj, i), (key, module.k_proj, i // group), (value, module.v_proj, i // group)):
+            rows = slice(j * dh, (j + 1) * dh)  # query head i reads key/value head i // group
             w_i = proj.weight[rows].T  # (D, Dh): W_i
             b_i = proj.bias[rows] if proj.bias is not None else 0.0
             projected.append(x @ w_i + b_i)  # (B, L, Dh)
