@@ -87,7 +87,7 @@ def _fake_run(seed, h, steps, worst_half, worst_end, one_to_one=True, necessary=
     scores = pd.DataFrame(0.0, index=heads, columns=relations)
     ablation = pd.DataFrame(1.0, index=["none"] + heads, columns=relations)
     for k in range(h):  # with more than four heads, heads 4, 5, ... duplicate the lookups of heads 0, 1, ...
-        scores.iloc[k, k % 4] = 0.9 if one_to_one else 0.4
+        scores.iloc[k, k % 4] = 0.9 if one_to_one or k % 4 < 2 else 0.4  # positional lookups always owned
     for k in range(round(necessary * h)):
         ablation.iloc[1 + k, k % 4] = 0.1
     curve = pd.DataFrame({"worst": [0.0, worst_half, worst_end]}, index=pd.Index([0, 200, 400], name="step"))
@@ -100,7 +100,7 @@ def test_steps_and_specialization_tables_and_claims_on_known_runs():
     for seed in range(8):
         runs[1, seed] = _fake_run(seed, 1, nan, 0.6, 0.8)
         runs[2, seed] = _fake_run(seed, 2, 300.0 + seed, 0.9, 0.99)
-        runs[4, seed] = _fake_run(seed, 4, 150.0 + seed, 0.97, 0.99, one_to_one=seed < 5)
+        runs[4, seed] = _fake_run(seed, 4, 150.0 + seed, 0.97, 0.99, one_to_one=seed < 5)  # 5 of 8 one-to-one
         runs[8, seed] = _fake_run(seed, 8, 175.0, 0.97, 0.99, necessary=0.25)
     steps = hc.steps_table(runs)
     assert steps.loc[1, "reached"] == 0 and steps.loc[1, "median steps"] == 400.0  # censored at the budget
@@ -112,6 +112,7 @@ def test_steps_and_specialization_tables_and_claims_on_known_runs():
     claims = {c.name: c for c in hc.study_claims(runs)}
     assert all(c.holds for c in claims.values()), [c.statement for c in claims.values() if not c.holds]
     assert claims["median steps to threshold, h = 2 minus h = 4"].value == 150.0
+    assert hc.owned_lookups(runs, 4).sum().tolist() == [8, 8, 5, 5]
     # a study in which one head learns as fast as four contradicts the claims
     for seed in range(8):
         runs[1, seed] = _fake_run(seed, 1, 150.0, 0.99, 0.99)
