@@ -90,7 +90,9 @@ def _fake_run(seed, h, steps, worst_half, worst_end, one_to_one=True, necessary=
         scores.iloc[k, k % 4] = 0.9 if one_to_one or k % 4 < 2 else 0.4  # positional lookups always owned
     for k in range(round(necessary * h)):
         ablation.iloc[1 + k, k % 4] = 0.1
-    curve = pd.DataFrame({"worst": [0.0, worst_half, worst_end]}, index=pd.Index([0, 200, 400], name="step"))
+    positional = [0.0, worst_half, worst_end]  # the positional lookups lag, the content lookups are done
+    curve = pd.DataFrame({"previous": positional, "first": positional, "marker": [0.0, 0.99, 0.99],
+                          "digit": [0.0, 0.99, 0.99], "worst": positional}, index=pd.Index([0, 200, 400], name="step"))
     return hc.LookupRun(seed, h, curve, steps, scores, ablation)
 
 
@@ -99,6 +101,7 @@ def test_steps_and_specialization_tables_and_claims_on_known_runs():
     runs = {}
     for seed in range(8):
         runs[1, seed] = _fake_run(seed, 1, nan, 0.6, 0.8)
+        runs[1, seed].scores.iloc[0, 0] = 0.4  # the single head spreads its mass
         runs[2, seed] = _fake_run(seed, 2, 300.0 + seed, 0.9, 0.99)
         runs[4, seed] = _fake_run(seed, 4, 150.0 + seed, 0.97, 0.99, one_to_one=seed < 5)  # 5 of 8 one-to-one
         runs[8, seed] = _fake_run(seed, 8, 175.0, 0.97, 0.99, necessary=0.25)
@@ -113,6 +116,9 @@ def test_steps_and_specialization_tables_and_claims_on_known_runs():
     assert all(c.holds for c in claims.values()), [c.statement for c in claims.values() if not c.holds]
     assert claims["median steps to threshold, h = 2 minus h = 4"].value == 150.0
     assert hc.owned_lookups(runs, 4).sum().tolist() == [8, 8, 5, 5]
+    assert hc.final_accuracy(runs, 1).loc[0].tolist() == [0.8, 0.8, 0.99, 0.99]
+    assert claims["h = 1: worst content lookup minus worst positional lookup at the end, median over runs"].value == (
+        pytest.approx(0.19))
     # a study in which one head learns as fast as four contradicts the claims
     for seed in range(8):
         runs[1, seed] = _fake_run(seed, 1, 150.0, 0.99, 0.99)
