@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -102,3 +104,47 @@ def test_permutation_equivariance_without_positions(gen):
 def test_heads_and_one_wide_head_have_equal_parameters():
     counts = {h: sum(p.numel() for p in MultiHeadAttention(64, h).parameters()) for h in (1, 2, 8, 64)}
     assert len(set(counts.values())) == 1
+
+
+@pytest.mark.parametrize("num_heads, num_kv_heads", [(4, 4), (4, 2), (4, 1), (6, 3)])
+def test_grouped_query_attention_equals_torch_sdpa_with_enable_gqa(num_heads, num_kv_heads):
+    torch.manual_seed(0)
+    d_model = 4 * num_heads
+    module = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads).double()
+    x = torch.randn(2, 5, d_model, dtype=torch.float64)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    q = module.split_heads(module.q_proj(x))  # (B, H, T, Dh)
+    k = module.split_heads(module.k_proj(x))  # (B, G, S, Dh)
+    v = module.split_heads(module.v_proj(x))
+    assert k.shape == (2, num_kv_heads, 5, d_model // num_heads)
+    reference = module.out_proj(module.merge_heads(
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)))
+    for fused in (True, False):
+        module.fused = fused
+        torch.testing.assert_close(module(x, x, x, mask=mask), reference, rtol=0, atol=1e-12)
+    out, weights = module(x, x, x, mask=mask, need_weights=True)
+    assert weights.shape == (2, num_heads, 5, 5)
+    group = num_heads // num_kv_heads
+    for i in range(num_heads):  # query heads of one group attend with the same keys, their own queries
+        expected = (q[:, i] @ k[:, i // group].transpose(-2, -1) / math.sqrt(module.d_head)).masked_fill(
+            ~mask, float("-inf")).softmax(-1)
+        torch.testing.assert_close(weights[:, i], expected, rtol=0, atol=1e-12)
+
+
+def test_grouped_query_attention_shrinks_the_key_value_projections_and_the_cache():
+    from transformer_course.nn.kv_cache import AttentionCache
+
+    mqa = MultiHeadAttention(32, 8, num_kv_heads=1)
+    assert mqa.k_proj.weight.shape == (4, 32) and mqa.v_proj.weight.shape == (4, 32)
+    assert MultiHeadAttention(32, 8).k_proj.weight.shape == (32, 32)  # the default is plain multi-head
+    cache = AttentionCache()
+    x = torch.randn(1, 3, 32)
+    mqa(x, x, x, cache=cache)
+    assert cache.keys.shape == (1, 1, 3, 4)  # one key/value head cached instead of eight
+
+
+def test_grouped_query_attention_validation():
+    with pytest.raises(ValueError, match="num_kv_heads must divide num_heads=4"):
+        MultiHeadAttention(16, 4, num_kv_heads=3)
+    with pytest.raises(ValueError, match="num_kv_heads must be >= 1"):
+        MultiHeadAttention(16, 4, num_kv_heads=0)

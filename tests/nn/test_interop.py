@@ -24,3 +24,8 @@ def test_torch_copy_matches(gen, bias):
 def test_torch_copy_is_refused_for_other_modules():
     with pytest.raises(TypeError, match="module must be a MultiHeadAttention"):
         to_torch_multihead_attention(torch.nn.Linear(2, 2))
+
+
+def test_torch_copy_is_refused_for_grouped_query_attention():
+    with pytest.raises(ValueError, match="num_kv_heads == num_heads"):
+        to_torch_multihead_attention(MultiHeadAttention(16, 4, num_kv_heads=2))

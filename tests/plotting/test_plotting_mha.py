@@ -91,3 +91,27 @@ def test_accuracy_by_heads_draws_one_line_per_relation_with_head_widths():
         plot_accuracy_by_heads(table, relations=["marker"])
     with pytest.raises(TypeError, match="table must be"):
         plot_accuracy_by_heads([1, 2])
+
+
+def test_head_count_study_draws_every_run_and_marks_the_runs_that_missed_the_threshold():
+    import pandas as pd
+
+    from transformer_course.plotting.mha import plot_head_count_study
+
+    curve = pd.DataFrame({"worst": [0.05, 0.5, 0.97]}, index=pd.Index([0, 25, 50], name="step"))
+    runs = [(1, curve), (1, curve), (4, curve)]
+    fig = plot_head_count_study(runs, [(1, float("nan")), (1, 50.0), (4, 25.0)], max_steps=100,
+                                threshold=0.95, chance=1 / 16)
+    left, right = fig.axes
+    run_lines = [line for line in left.lines if len(line.get_xdata()) == 3]
+    assert len(run_lines) == 3 and list(run_lines[0].get_ydata()) == [5.0, 50.0, 97.0]
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["h = 1", "h = 4"]
+    assert left.get_ylim()[0] == 0  # the accuracy axis starts at 0, below chance
+    assert any("chance 6.2%" in t for t in _texts(fig))
+    missed = [c for c in right.collections if len(c.get_offsets()) and c.get_offsets()[0][1] == 100]
+    assert len(missed) == 1 and len(missed[0].get_offsets()) == 1  # one run at the budget, open triangle
+    assert [t.get_text() for t in right.get_xticklabels()] == ["1\n($d_k$=32)", "4\n($d_k$=8)"]
+    with pytest.raises(ValueError, match="worst"):
+        plot_head_count_study([(1, curve.rename(columns={"worst": "x"}))], [(1, 1.0)], 100, 0.95, 0.1)
+    with pytest.raises(ValueError, match="chance"):
+        plot_head_count_study(runs, [(1, 1.0)], 100, 0.95, 2.0)

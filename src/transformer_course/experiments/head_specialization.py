@@ -14,9 +14,13 @@ the model must report four tokens at once, one per relation:
 
 The model is deliberately minimal: token + learned position embeddings, one ``MultiHeadAttention``
 layer, and one linear read-out per relation applied to the attention output alone (no residual
-path), so every bit of information the read-outs need has to be fetched by some head. One softmax
-row can concentrate on one position only, so four lookups at different places ask for four heads;
-which head takes which lookup is left to training. :func:`head_relation_scores` measures it.
+path), so every bit of information the read-outs need has to be fetched by some head. Which head
+takes which lookup is left to training; :func:`head_relation_scores` measures it and
+:func:`specialization_summary` classifies it (one head per lookup, a lookup done twice, a lookup
+spread over heads). The task does not *require* one head per lookup: one softmax row can spread
+its mass over several keys, and a single head of full width keeps improving on all four lookups,
+only more slowly than several heads (see :mod:`.head_count`); how often training splits the lookups over the heads is a property
+of the distribution over seeds, not of one run.
 
 Also here: :func:`per_head_attention`, the formula MultiHead = Concat(head_1..head_H) W^O computed
 literally head by head (a reference for the batched module), :func:`to_torch_multihead_attention`
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import copy
 import string
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pandas as pd
 import torch
@@ -247,6 +251,7 @@ def train_lookup_model(
     num_digits: int = 4,
     progress: bool = False,
     device: torch.device | str = "cpu",
+    batch_hook: Callable[[LookupModel, int], None] | None = None,
 ) -> tuple[LookupModel, list[float]]:
     """Build a :class:`LookupModel` from ``seed`` and train it on the four-lookups task with ``fit``.
 
@@ -264,6 +269,10 @@ def train_lookup_model(
         seq_len, num_letters, num_markers, num_digits: the task's sizes (see :func:`make_lookup_batch`).
         progress: show a progress bar.
         device: where to train (the weights are drawn on the CPU, then moved).
+        batch_hook: optional ``batch_hook(model, step)``, called before the batch of every step is
+            drawn, i.e. after ``step`` updates (``step`` = 0 .. ``steps`` - 1); it may evaluate the
+            model (under ``torch.no_grad``) or raise to end training early. It does not change
+            the training: the weights and batches are those of a run without it.
 
     Returns:
         The trained model (in eval mode, on ``device``) and the loss at every step.
@@ -274,7 +283,12 @@ def train_lookup_model(
     with seeded(seed):
         model = LookupModel(sum(_check_sizes(num_letters, num_markers, num_digits)), seq_len, d_model, num_heads)
 
+    calls = [0]
+
     def make_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        if batch_hook is not None:
+            batch_hook(model, calls[0])
+            calls[0] += 1
         return make_lookup_batch(batch_size, generator, seq_len, num_letters, num_markers, num_digits)
 
     losses = fit(model.to(device), make_batch, lookup_loss, steps, lr=lr, seed=seed, progress=progress)
@@ -376,11 +390,12 @@ def per_head_attention(module: MultiHeadAttention, query: torch.Tensor, key: tor
     if mask is not None:
         validate_mask(mask, query.shape[1], key.shape[1])
     dh = module.d_head
+    group = module.num_heads // module.num_kv_heads  # 1 unless key/value heads are shared (GQA)
     heads = []
     for i in range(module.num_heads):
-        rows = slice(i * dh, (i + 1) * dh)
         projected = []
-        for x, proj in ((query, module.q_proj), (key, module.k_proj), (value, module.v_proj)):
+        for x, proj, j in ((query, module.q_proj, i), (key, module.k_proj, i // group), (value, module.v_proj, i // group)):
+            rows = slice(j * dh, (j + 1) * dh)  # query head i reads key/value head i // group
             w_i = proj.weight[rows].T  # (D, Dh): W_i
             b_i = proj.bias[rows] if proj.bias is not None else 0.0
             projected.append(x @ w_i + b_i)  # (B, L, Dh)
@@ -427,3 +442,49 @@ def ablation_table(model: LookupModel, tokens: torch.Tensor, sources: torch.Tens
     for h in range(model.attention.num_heads):
         rows[f"head {h}"] = lookup_accuracy(ablate_heads(model, [h]), tokens, sources)
     return pd.DataFrame(rows).T.rename_axis("removed")
+
+
+def specialization_summary(scores: pd.DataFrame, ablation: pd.DataFrame, owns: float = 0.5,
+                           breaks: float = 0.5) -> dict[str, float]:
+    """How one trained model divides the lookups among its heads, from its scores and ablation table.
+
+    A head *owns* a lookup when it puts at least ``owns`` of its attention mass on that lookup's
+    key (a score of :func:`head_relation_scores`); removing a head *breaks* a lookup when the
+    accuracy on it falls below ``breaks`` (a row of :func:`ablation_table`).
+
+    Returns:
+        dict with
+        ``owned``: lookups owned by at least one head;
+        ``duplicated``: lookups owned by two heads or more (the same job done twice);
+        ``shared``: lookups with no owner (the mass is spread over heads, or one head serves two);
+        ``one_to_one``: 1.0 if every lookup has exactly one owner and no head owns two, else 0.0;
+        ``necessary_share``: the share of heads whose removal alone breaks some lookup;
+        ``heads``: the number of heads H.
+
+    Raises:
+        TypeError, ValueError: for tables that are not DataFrames, do not match, or bounds
+            outside (0, 1].
+
+    Michel et al., 2019, remove one head at a time in the same way.
+    """
+    check_instance("scores", scores, pd.DataFrame, "pandas.DataFrame")
+    check_instance("ablation", ablation, pd.DataFrame, "pandas.DataFrame")
+    for name, value in (("owns", owns), ("breaks", breaks)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+            raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
+    heads = list(scores.index)
+    if list(ablation.columns) != list(scores.columns) or [f"{h}" for h in heads] != [r for r in ablation.index if r != "none"]:
+        raise ValueError("ablation must have the relations of scores as columns and one row per head of scores "
+                         f"(plus 'none'), got columns {list(ablation.columns)} and rows {list(ablation.index)}")
+    owners = scores.to_numpy() >= owns  # (H, R)
+    per_lookup = owners.sum(axis=0)  # (R,)
+    per_head = owners.sum(axis=1)  # (H,)
+    necessary = (ablation.loc[heads].to_numpy() < breaks).any(axis=1)  # (H,)
+    return {
+        "owned": float((per_lookup >= 1).sum()),
+        "duplicated": float((per_lookup >= 2).sum()),
+        "shared": float((per_lookup == 0).sum()),
+        "one_to_one": float(bool((per_lookup == 1).all() and (per_head <= 1).all())),
+        "necessary_share": float(necessary.mean()),
+        "heads": float(len(heads)),
+    }

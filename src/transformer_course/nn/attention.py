@@ -103,6 +103,11 @@ class MultiHeadAttention(nn.Module):
         num_heads: number of heads H; must divide ``d_model``.
         dropout: dropout rate on the attention weights (training only).
         bias: whether the four projections have biases.
+        num_kv_heads: number of key/value heads G (default H, plain multi-head attention); must
+            divide H. With G < H, query heads share key/value heads in groups of H / G: query head
+            i reads key/value head i // (H / G) (grouped-query attention, Ainslie et al., 2023;
+            G = 1 is multi-query attention, Shazeer, 2019). ``k_proj`` and ``v_proj`` then map D
+            to G * Dh features, and a KV cache stores G heads instead of H.
 
     Shape:
         query (B, T, D), key and value (B, S, D), mask broadcastable to (B, H, T, S) -> (B, T, D),
@@ -114,26 +119,34 @@ class MultiHeadAttention(nn.Module):
     Vaswani et al., 2017, section 3.2.2.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 num_kv_heads: int | None = None) -> None:
         super().__init__()
         d_model = check_int("d_model", d_model, minimum=1)
         num_heads = check_int("num_heads", num_heads, minimum=1)
         if d_model % num_heads:
             raise ValueError(f"d_model must be divisible by num_heads, got d_model={d_model}, num_heads={num_heads}")
+        num_kv_heads = num_heads if num_kv_heads is None else check_int("num_kv_heads", num_kv_heads, minimum=1)
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_kv_heads must divide num_heads={num_heads}, got {num_kv_heads}")
         self.d_model = d_model
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
         self.d_head = d_model // num_heads
         self.dropout = check_probability("dropout", dropout)
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
+        self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.fused = True
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, L, D) -> (B, H, L, Dh): head h owns features h*Dh ... (h+1)*Dh - 1."""
-        b, length, _ = x.shape
-        return x.view(b, length, self.num_heads, self.d_head).transpose(1, 2)  # (B, H, L, Dh)
+        """(B, L, D) -> (B, H, L, Dh): head h owns features h*Dh ... (h+1)*Dh - 1.
+
+        A (B, L, G * Dh) key or value projection of grouped-query attention splits into its G heads.
+        """
+        b, length, width = x.shape
+        return x.view(b, length, width // self.d_head, self.d_head).transpose(1, 2)  # (B, H or G, L, Dh)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, H, L, Dh) -> (B, L, D): the concatenation Concat(head_1, ..., head_H)."""
@@ -145,9 +158,9 @@ class MultiHeadAttention(nn.Module):
         """Project to heads; with a cache, extend it (self-attention) or reuse it (cross-attention)."""
         if cache is not None and cache.is_filled:
             return cache.keys, cache.values  # (B, H, S, Dh): the encoder output has not changed
-        k = self.split_heads(self.k_proj(key))  # (B, H, S_new, Dh)
-        v = self.split_heads(self.v_proj(value))  # (B, H, S_new, Dh)
-        return (k, v) if cache is None else cache.update(k, v)  # (B, H, S, Dh) each
+        k = self.split_heads(self.k_proj(key))  # (B, G, S_new, Dh), G = H unless grouped
+        v = self.split_heads(self.v_proj(value))  # (B, G, S_new, Dh)
+        return (k, v) if cache is None else cache.update(k, v)  # (B, G, S, Dh) each
 
     def _check_inputs(self, query: object, key: object, value: object) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
@@ -183,9 +196,14 @@ class MultiHeadAttention(nn.Module):
         q = self.split_heads(self.q_proj(query))  # (B, H, T, Dh)
         k, v = self._keys_and_values(key, value, cache)  # (B, H, S, Dh) each
         dropout = self.dropout if self.training else 0.0
+        grouped = self.num_kv_heads != self.num_heads
         if self.fused and not need_weights:
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # (B, H, T, Dh)
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                                   **({"enable_gqa": True} if grouped else {}))  # (B, H, T, Dh)
             return self.out_proj(self.merge_heads(heads))  # (B, T, D)
+        if grouped:  # query head i reads key/value head i // (H / G)
+            group = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, S, Dh) each
         heads, weights = _attention(q, k, v, mask)  # (B, H, T, Dh), (B, H, T, S)
         if dropout:
             heads = F.dropout(weights, dropout) @ v  # (B, H, T, Dh)

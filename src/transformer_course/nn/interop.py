@@ -16,6 +16,9 @@ def to_torch_multihead_attention(module: MultiHeadAttention) -> nn.MultiheadAtte
     bool ``attn_mask`` means True = *blocked*, the opposite of ours: pass ``~mask``.
     """
     check_instance("module", module, MultiHeadAttention)
+    if module.num_kv_heads != module.num_heads:
+        raise ValueError(f"module must have num_kv_heads == num_heads (nn.MultiheadAttention has no grouped "
+                         f"key/value heads), got {module.num_kv_heads} and {module.num_heads}")
     has_bias = module.q_proj.bias is not None
     weight = module.q_proj.weight
     ref = nn.MultiheadAttention(module.d_model, module.num_heads, bias=has_bias, batch_first=True,

@@ -6,6 +6,7 @@
 * :func:`plot_relation_scores` shows a heads x relations score table as an annotated heatmap.
 * :func:`plot_accuracy_by_heads` shows accuracy per relation against the number of heads at a
   fixed width (the table of ``experiments.head_count.head_count_table``).
+* :func:`plot_head_count_study` shows an ensemble's learning curves and steps to threshold per h.
 """
 
 from __future__ import annotations
@@ -222,4 +223,78 @@ def plot_accuracy_by_heads(table: pd.DataFrame, relations: Sequence[str] | None 
     ax.set_xlabel("heads h at a fixed $d_{model}$")
     ax.set_ylabel("test accuracy (%)")
     ax.legend(title="relation", frameon=False, loc="lower right")
+    return fig
+
+
+@exhibit
+def plot_head_count_study(curves: Sequence[tuple[int, pd.DataFrame]], steps: Sequence[tuple[int, float]],
+                          max_steps: int, threshold: float, chance: float, d_model: int = 32) -> Figure:
+    """Learning curves and steps to threshold of an ensemble, per number of heads h.
+
+    Args:
+        curves: (h, curve) pairs, one per run: the curve's index is the step and its "worst" column
+            the lowest accuracy over the lookups (``experiments.head_count.train_with_curve``).
+        steps: (h, steps to threshold) pairs, one per run; NaN for a run that did not reach it.
+        max_steps: the training budget (where the runs that did not reach the threshold are drawn).
+        threshold: the accuracy threshold (a fraction), drawn as a line on the left panel.
+        chance: the accuracy of guessing without looking (a fraction), drawn as a line.
+        d_model: the models' width, for the head widths d_k = d_model / h on the x axis.
+
+    Returns:
+        A ``Figure`` with two axes: left, every run's worst-lookup accuracy (%) against the step
+        (one colour per h, y axis from 0); right, every run's steps to threshold as a point per h,
+        with the runs that did not reach it as open triangles at the budget.
+
+    Raises:
+        TypeError, ValueError: for empty or malformed inputs.
+    """
+    curves, steps = list(curves), list(steps)
+    if not curves or not steps:
+        raise ValueError("curves and steps must each hold at least one run")
+    for h, curve in curves:
+        check_int("curves' head count", h, minimum=1)
+        check_instance("curve", curve, pd.DataFrame, "pandas.DataFrame")
+        if "worst" not in curve.columns:
+            raise ValueError(f"each curve must have a 'worst' column, got {list(curve.columns)}")
+    max_steps = check_int("max_steps", max_steps, minimum=1)
+    d_model = check_int("d_model", d_model, minimum=1)
+    for name, value in (("threshold", threshold), ("chance", chance)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
+    heads = sorted({h for h, _ in curves} | {int(h) for h, _ in steps})
+    colours = {h: PALETTE[k] for h, k in zip(heads, ("attention", "projection", "output", "norm", "recurrent", "ffn"))}
+    fig = new_figure(9.0, 3.8)
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.5, 1.0]})
+    labelled = set()
+    for h, curve in curves:
+        left.plot(curve.index, 100 * curve["worst"].to_numpy(dtype=float), color=colours[h], linewidth=1.2,
+                  alpha=0.8, label=None if h in labelled else f"h = {h}")
+        labelled.add(h)
+    left.axhline(100 * threshold, color="black", linestyle="--", linewidth=1.0)
+    left.text(0, 100 * threshold + 1.5, f"threshold {threshold:.0%}", fontsize=10, va="bottom")
+    left.axhline(100 * chance, color="grey", linestyle=":", linewidth=1.2)
+    left.text(max_steps, 100 * chance + 1.5, f"chance {chance:.1%}", fontsize=10, va="bottom", ha="right")
+    left.set_ylim(0, 102)
+    left.set_xlim(0, max_steps)
+    left.set_xlabel("training step")
+    left.set_ylabel("worst lookup: held-out accuracy (%)")
+    left.legend(frameon=False, loc="lower right")
+    left.set_title("every run (one line per seed)")
+    rng = np.random.default_rng(len(steps))  # jitter only: a function of the data, not a seed of the course
+    for position, h in enumerate(heads):
+        values = np.array([s for g, s in steps if int(g) == h], dtype=float)
+        x = position + rng.uniform(-0.15, 0.15, size=values.size)
+        reached = ~np.isnan(values)
+        right.scatter(x[reached], values[reached], color=colours[h], s=30, zorder=3)
+        right.scatter(x[~reached], np.full((~reached).sum(), max_steps), facecolors="none", edgecolors=colours[h],
+                      marker="^", s=40, zorder=3)
+    right.axhline(max_steps, color="grey", linestyle=":", linewidth=1.0)
+    right.text(len(heads) - 0.5, max_steps, f"budget {max_steps}:\nnot reached (△)", fontsize=10,
+               va="top", ha="right")
+    right.set_xticks(range(len(heads)), [f"{h}\n($d_k$={d_model // h})" for h in heads])
+    right.set_xlim(-0.5, len(heads) - 0.5)
+    right.set_ylim(0, max_steps * 1.08)
+    right.set_xlabel(f"heads h at $d_{{model}}$ = {d_model}")
+    right.set_ylabel(f"steps until every lookup ≥ {threshold:.0%}")
+    right.set_title("steps to threshold (one point per seed)")
     return fig
