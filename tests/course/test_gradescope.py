@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -115,7 +116,8 @@ def _cell(notebook, grade_id):
     return cell
 
 
-def _notebooks(course: Path) -> dict:
+def _notebooks(course: Path, root: Path) -> dict:
+    """The honest, blank and hostile submissions; the hostile one aims at the hidden tests under ``root``."""
     student = nbformat.read(course / "release" / FIXTURE / f"{FIXTURE}.ipynb", as_version=4)
     source = nbformat.read(course / "source" / FIXTURE / f"{FIXTURE}.ipynb", as_version=4)
     honest = copy.deepcopy(student)
@@ -128,22 +130,21 @@ def _notebooks(course: Path) -> dict:
     _cell(hostile, "dl9001-ex1-solution").source = (
         "from transformer_course.nn.masks import causal_mask\n\ndef my_causal_mask(t):\n    return causal_mask(t)")
     _cell(hostile, "dl9001-ex2-solution").source = "def allowed_pairs(t):\n    return 10 if t == 4 else -7"
-    # exercise 3: the hidden tests' answer if it can read them, and an attempt on results.json
-    _cell(hostile, "dl9001-ex3-solution").source = """
-import glob, os
+    # exercise 3: the hidden tests' answer if it can read them (the marker is split, so that this
+    # notebook itself never matches), and an attempt to overwrite results.json
+    _cell(hostile, "dl9001-ex3-solution").source = f"""
+import glob
 answer = "blocked"
-root = os.environ.get("AUTOGRADER_ROOT", "/autograder")
-for pattern in ["/autograder/source/course/source/*/*.ipynb", root + "/source/course/source/*/*.ipynb",
-                "/tmp/**/source/course/source/*/*.ipynb", "../../**/*coursework_fixture.ipynb"]:
-    for path in glob.glob(pattern, recursive=True):
-        try:
-            if "BEGIN HIDDEN TESTS" in open(path).read():
-                answer = "sdpa"
-        except OSError:
-            pass
-for path in ["/autograder/results/results.json", root + "/results/results.json"]:
+for path in glob.glob({str(root / "source" / "course" / "source")!r} + "/*/*.ipynb") + \\
+        glob.glob("/autograder/source/course/source/*/*.ipynb"):
     try:
-        open(path, "w").write('{"score": 100}')
+        if "BEGIN HIDDEN" + " TESTS" in open(path).read():
+            answer = "sd" + "pa"
+    except OSError:
+        pass
+for path in [{str(root / "results" / "results.json")!r}, "/autograder/results/results.json"]:
+    try:
+        open(path, "w").write('{{"score": 100}}')
     except OSError:
         pass
 """
@@ -168,8 +169,10 @@ def _gradescope(autograder: Path, root: Path, notebook=None, sandbox: str = "aut
     (root / "results").mkdir()
     if notebook is not None:
         nbformat.write(notebook, root / "submission" / f"{FIXTURE}.ipynb")
-    for folder in (root, root / "submission", root / "results"):
-        os.chmod(folder, 0o755)
+    for folder in (root, root / "submission", root / "results", *root.parents):
+        if folder == Path(tempfile.gettempdir()):
+            break
+        os.chmod(folder, 0o755)  # as /autograder: any user may walk to it (the hidden tests are guarded inside)
     env = {"PATH": os.environ["PATH"], "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable,
            "AUTOGRADER_SANDBOX": sandbox, "LANG": "C.UTF-8"}
     command = [str(root / "run_autograder")]
@@ -186,10 +189,10 @@ def _gradescope(autograder: Path, root: Path, notebook=None, sandbox: str = "aut
 
 @pytest.fixture(scope="module")
 def graded(course, autograder, tmp_path_factory) -> dict:
-    notebooks = _notebooks(course)
     found = {}
-    for name, notebook in notebooks.items():
-        found[name] = _gradescope(autograder, tmp_path_factory.mktemp(f"autograder-{name}"), notebook)
+    for name in ("honest", "blank", "hostile"):
+        root = tmp_path_factory.mktemp(f"autograder-{name}")
+        found[name] = _gradescope(autograder, root, _notebooks(course, root)[name])
     return found
 
 
@@ -211,6 +214,7 @@ def test_the_zip_holds_what_gradescope_needs(autograder):
 @needs_sandbox
 def test_an_honest_submission_gets_full_marks(graded):
     results = graded["honest"]
+    print("seconds per notebook (execution_time):", {k: v["execution_time"] for k, v in graded.items()})
     assert results["score"] == 6.0
     assert [t["status"] for t in results["tests"]] == ["passed"] * 3
     assert [t["score"] for t in results["tests"]] == [3.0, 2.0, 1.0]
@@ -245,7 +249,9 @@ def test_a_hostile_submission_scores_zero_and_sees_no_hidden_test(course, graded
 def test_without_bubblewrap_the_student_runs_as_an_unprivileged_user(course, autograder, tmp_path):
     """Gradescope's containers may refuse bubblewrap: then the kernel runs as another uid, and the
     hidden tests (root only) stay out of its reach all the same."""
-    results = _gradescope(autograder, tmp_path, _notebooks(course)["hostile"], sandbox="user")
+    results = _gradescope(autograder, tmp_path, _notebooks(course, tmp_path)["hostile"], sandbox="user")
+    hidden = tmp_path / "source" / "course" / "source" / FIXTURE / f"{FIXTURE}.ipynb"
+    assert "BEGIN HIDDEN TESTS" in hidden.read_text()  # the file it aimed at is there, and root reads it
     assert "unprivileged uid" in results["output"]
     assert [t["score"] for t in results["tests"]] == [0.0, 0.0, 0.0], results
     assert not (tmp_path / "results" / "results.json.partial").exists()
