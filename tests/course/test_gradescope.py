@@ -82,6 +82,16 @@ def test_the_submission_is_found_by_name_or_refused_with_a_reason(tmp_path):
     assert find_submission(tmp_path, FIXTURE).startswith("two or more notebooks")
 
 
+def test_a_broken_autograder_still_writes_results_json(tmp_path):
+    from transformer_course.course.gradescope import run
+
+    (tmp_path / "source").mkdir()
+    data = run(tmp_path)
+    assert json.loads((tmp_path / "results" / "results.json").read_text()) == data
+    _validate(data)
+    assert data["score"] == 0.0 and "misconfigured" in data["output"]
+
+
 def test_bad_arguments_are_named(tmp_path):
     with pytest.raises(ValueError, match="chapter"):
         build_autograder(tmp_path, "../x", tmp_path)

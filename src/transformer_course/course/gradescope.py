@@ -211,13 +211,20 @@ def run(root: Path = DEFAULT_ROOT, sandbox: str = "auto") -> dict[str, Any]:
     started = time.monotonic()
     root = Path(root)
     results = root / "results"
-    config = json.loads((root / "source" / "gradescope.json").read_text())
-    chapter = config["chapter"]
-    course = root / "source" / "course"
-    os.chmod(course, 0o700)  # the hidden tests: root only, before any student code runs
-    instructor = course / "source" / chapter / f"{chapter}.ipynb"
-    os.chmod(instructor, 0o600)
-    plans = exercise_plans(instructor)
+    try:
+        config = json.loads((root / "source" / "gradescope.json").read_text())
+        chapter = config["chapter"]
+        course = root / "source" / "course"
+        os.chmod(course, 0o700)  # the hidden tests: root only, before any student code runs
+        instructor = course / "source" / chapter / f"{chapter}.ipynb"
+        os.chmod(instructor, 0o600)
+        plans = exercise_plans(instructor)
+    except Exception as error:  # noqa: BLE001 (the zip is broken: say so, grade nothing)
+        print(f"autograder error: {type(error).__name__}: {error}", file=sys.stderr)
+        data = {"score": 0.0, "output": "The autograder is misconfigured (its zip is incomplete); nothing was "
+                "graded. Please tell your instructor.", "visibility": "visible", "tests": []}
+        _write_results(results, data)
+        return data
     note = ""
     try:
         mode, note = choose_sandbox(sandbox)
