@@ -2,6 +2,7 @@
 
     python tools/coursework.py release --out course/
     python tools/coursework.py grade --course course/ --submissions submissions/ --out grades/
+    python tools/coursework.py gradescope --course course/ --out gradescope/ [chapter ...]
 
 ``release`` turns every chapter (``chapters/dl00*.ipynb``, or the chapters named after ``--out``)
 into one nbgrader assignment each, named after the chapter's stem, in an nbgrader course folder:
@@ -36,6 +37,10 @@ values the sandbox hands back. It writes
 and prints a summary. Options: ``--jobs N`` (parallel notebooks), ``--timeout S`` (per exercise,
 default 60), ``--memory-mb``, and ``--no-sandbox`` (only for submissions you trust: without it,
 grading refuses to run student code when bubblewrap is missing or broken).
+
+``gradescope`` writes ``gradescope/<chapter>_gradescope.zip`` per chapter: the autograder for a
+Gradescope programming assignment, grading with the same grader and sandbox (see
+``transformer_course.course.gradescope``).
 """
 
 from __future__ import annotations
@@ -516,7 +521,15 @@ def main(argv: list[str] | None = None) -> int:
     grade_parser.add_argument("--notebook-mb", type=int, default=20, help="largest submission read (default 20)")
     grade_parser.add_argument("--no-sandbox", action="store_true",
                               help="run student code WITHOUT bubblewrap; only for submissions you trust")
-    for sub in (release_parser, grade_parser):
+    gradescope_parser = commands.add_parser(
+        "gradescope", help="write per chapter the zip Gradescope's autograder takes (same grader, same sandbox)")
+    gradescope_parser.add_argument("--course", type=Path, required=True, help="the course folder made by release")
+    gradescope_parser.add_argument("--out", type=Path, required=True, help="where <chapter>_gradescope.zip go")
+    gradescope_parser.add_argument("--timeout", type=float, default=60.0,
+                                   help="seconds per exercise, its cells and its checks (default 60)")
+    gradescope_parser.add_argument("--memory-mb", type=int, default=6144, help="memory limit (default 6144)")
+    gradescope_parser.add_argument("chapters", nargs="*", help="chapter stems (default: every released chapter)")
+    for sub in (release_parser, grade_parser, gradescope_parser):
         sub.add_argument("-v", "--verbose", action="store_true", help="show nbgrader's log")
     args = parser.parse_args(argv)
     # nbgrader's gradebook code trips sqlalchemy's autoflush warnings; they are not the user's concern
@@ -530,6 +543,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"released {len(released)} chapters; hand out the student versions:")
             for path in released:
                 print(f"  {path}")
+        elif args.command == "gradescope":
+            from transformer_course.course.gradescope import build_autograder
+
+            course = args.course.resolve()
+            chapters = args.chapters or _released_chapters(course)
+            if not chapters:
+                raise CourseworkError(f"{course} has no released chapters; run the release command first")
+            for chapter in chapters:
+                try:
+                    path = build_autograder(course, chapter, args.out.resolve(), args.timeout, args.memory_mb)
+                except ValueError as error:
+                    raise CourseworkError(str(error)) from None
+                print(f"wrote {path}: upload it as the autograder of a Gradescope programming assignment")
         else:
             results = grade(args.course.resolve(), args.submissions.resolve(), args.out.resolve(), args.verbose,
                             jobs=args.jobs, timeout=args.timeout, memory_mb=args.memory_mb,

@@ -53,7 +53,7 @@ from transformer_course.course.plans import (ExercisePlan, InvalidNotebook, anch
                                              released_sources, split_hidden)
 from transformer_course.course.sandbox import (CgroupSlot, Limits, RefusedFile, cgroup_problem,  # noqa: F401
                                                kernel_command, kernel_env, make_cgroup, read_regular_file,
-                                               remove_cgroup, remove_tree, restrict, sandbox_problem)
+                                               remove_cgroup, remove_tree, restrict, sandbox_problem, sandbox_uid)
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -460,9 +460,12 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
         for path in [folder, stage, *files]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
         workdir = folder / "work"
-        if limits.sandbox == "none":
+        if limits.sandbox in ("none", "user"):
             shutil.copytree(stage, workdir)
             (workdir / ".tmp").mkdir()
+            if limits.sandbox == "user":  # the kernel runs as the slot's uid: its folder is its own
+                for path in [workdir, workdir / ".tmp", *workdir.iterdir()]:
+                    os.chown(path, sandbox_uid(slot), sandbox_uid(slot))
         else:
             workdir.mkdir()  # the kernel's cwd on the host; in the sandbox a tmpfs is mounted there
         runner = _Runner(cells, workdir, limits, cpu_limit, slot, files, cgroup, targets)
