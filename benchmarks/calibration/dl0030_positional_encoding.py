@@ -27,8 +27,9 @@ CACHE = Path(os.environ.get("DL0030_CALIBRATION_CACHE", "/tmp/transformer_course
 def member(task: str, scheme: str, seed: int) -> pd.DataFrame:
     """The rows of one ensemble member (one scheme, one seed), trained once and cached."""
     path = CACHE / f"{task}-{scheme}-{seed}.json"
-    if path.is_file():
-        return pd.DataFrame.from_records(json.loads(path.read_text()))
+    if path.is_file():  # a member's accuracy at a length does not depend on the other lengths tested
+        cached = pd.DataFrame.from_records(json.loads(path.read_text()))
+        return cached[cached["test_length"].isin(CHAPTER_SETTINGS["test_lengths"])].reset_index(drop=True)
     s = CHAPTER_SETTINGS
     results = length_generalization_ensemble(task, [scheme], s["train_length"], s["test_lengths"], s["steps"],
                                              [seed], s["rope_scalings"])
