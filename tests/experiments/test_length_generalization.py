@@ -184,3 +184,106 @@ def test_accuracy_bands():
         accuracy_bands(table, thresholds=(80, 50))
     with pytest.raises(TypeError, match="table"):
         accuracy_bands([[1.0]])
+
+
+def test_offset_targets_are_the_tokens_k_back():
+    from transformer_course.experiments.length_generalization import make_offset_batch, make_task_batch, task_chance
+
+    tokens, targets = make_offset_batch(5, 12, torch.Generator().manual_seed(0), offset=3)
+    assert (targets[:, :3] == IGNORE_INDEX).all() and torch.equal(targets[:, 3:], tokens[:, :-3])
+    tokens, targets = make_offset_batch(2, 2, torch.Generator().manual_seed(0), offset=3)  # offset >= length
+    assert (targets == IGNORE_INDEX).all()
+    a = make_task_batch("offset", 4, 10, torch.Generator().manual_seed(1))
+    b = make_offset_batch(4, 10, torch.Generator().manual_seed(1))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert task_chance("offset") == 100 / 16 and task_chance("last_value") == 100 / 8
+    with pytest.raises(ValueError, match="task"):
+        make_task_batch("copy", 4, 10, torch.Generator())
+    with pytest.raises(ValueError, match="offset"):
+        make_offset_batch(4, 10, torch.Generator(), offset=0)
+
+
+def test_rope_scaling_changes_only_long_inputs_and_restores_the_model():
+    from transformer_course.experiments.length_generalization import rope_scaling
+
+    torch.manual_seed(0)
+    model = LengthGeneralizationModel("rope", max_len=32).eval()
+    short = torch.randint(0, 16, (2, 8))
+    long = torch.randint(0, 16, (2, 32))
+    with torch.no_grad():
+        plain_short, plain_long = model(short), model(long)
+        for method in ("interpolation", "ntk"):
+            with rope_scaling(model, method, train_length=8):
+                assert torch.equal(model(short), plain_short)  # T <= L: untouched
+                assert not torch.allclose(model(long), plain_long)  # T > L: rescaled
+            assert torch.equal(model(long), plain_long)  # restored on exit
+    # interpolation is exactly RoPE at positions m L / T
+    layer = model.blocks[0].self_attn
+    x = torch.randn(1, 32, 32)
+    with torch.no_grad(), rope_scaling(model, "interpolation", train_length=8):
+        scaled = layer(x)
+    mha = layer.attention
+    q, k, v = (mha.split_heads(proj(x)) for proj in (mha.q_proj, mha.k_proj, mha.v_proj))
+    positions = torch.arange(32, dtype=torch.float64) / 4
+    from transformer_course.nn.attention import _attention
+    from transformer_course.nn.masks import causal_mask
+    heads, _ = _attention(rotary_embedding(q, positions), rotary_embedding(k, positions), v, causal_mask(32), None)
+    assert torch.allclose(scaled, mha.out_proj(mha.merge_heads(heads)), atol=1e-6)
+    with pytest.raises(ValueError, match="RoPE"):
+        with rope_scaling(LengthGeneralizationModel("alibi"), "ntk", 8):
+            pass
+    with pytest.raises(ValueError, match="method"):
+        with rope_scaling(model, "yarn", 8):
+            pass
+
+
+def test_ensemble_table_medians_and_figure():
+    from transformer_course.experiments.length_generalization import ensemble_medians, length_generalization_ensemble, median_accuracy
+    from transformer_course.plotting.positional import plot_length_generalization_ensemble
+
+    results = length_generalization_ensemble("offset", ["rope", "none"], train_length=4, test_lengths=(4, 8), steps=2,
+                                             seeds=[0, 1], rope_scalings=("interpolation", "ntk"))
+    assert list(dict.fromkeys(results["scheme"])) == ["rope", "rope + PI", "rope + NTK", "none"]
+    assert len(results) == 4 * 2 * 2 and results["accuracy"].between(0, 100).all()
+    assert results.attrs["chance"] == 100 / 16 and results.attrs["task"] == "offset"
+    # PI and NTK leave the training length alone
+    at_L = results[results["test_length"] == 4].pivot_table(index="seed", columns="scheme", values="accuracy")
+    assert (at_L["rope + PI"] == at_L["rope"]).all() and (at_L["rope + NTK"] == at_L["rope"]).all()
+    medians = ensemble_medians(results)
+    assert list(medians.index) == ["rope", "rope + PI", "rope + NTK", "none"] and list(medians.columns) == [4, 8]
+    assert medians.loc["none", 8] == median_accuracy(results, "none", 8)
+    with pytest.raises(ValueError, match="no row"):
+        median_accuracy(results, "alibi", 8)
+    fig = plot_length_generalization_ensemble([results], train_length=4)
+    assert len(fig.axes) == 1 and "2 seeds" in fig.axes[0].get_title()
+    with pytest.raises(ValueError, match="seeds"):
+        length_generalization_ensemble("offset", ["rope"], train_length=4, test_lengths=(4,), steps=1, seeds=[0, 0])
+    with pytest.raises(ValueError, match="missing"):
+        plot_length_generalization_ensemble([results.drop(columns="seed")], train_length=4)
+
+
+def _fake_results(task, values):
+    """A results table whose every seed has ``values[scheme][multiple]`` at test length multiple * 16."""
+    records = [{"task": task, "scheme": scheme, "seed": seed, "test_length": 16 * m, "accuracy": accuracy}
+               for scheme, by_length in values.items() for seed in range(8) for m, accuracy in by_length.items()]
+    return pd.DataFrame.from_records(records)
+
+
+def test_chapter_claims_hold_on_the_expected_pattern_and_fail_on_a_broken_one():
+    from transformer_course.experiments.claims import check_claims
+    from transformer_course.experiments.length_generalization import chapter_claims
+
+    lv = {"sinusoidal": {1: 99, 2: 60, 3: 45, 4: 35}, "learned": {1: 97, 2: 55, 3: 40, 4: 38},
+          "rope": {1: 99, 2: 95, 3: 80, 4: 37}, "rope + PI": {1: 99, 2: 97, 3: 95, 4: 93},
+          "rope + NTK": {1: 99, 2: 97, 3: 95, 4: 93}, "alibi": {1: 97, 2: 95, 3: 94, 4: 93},
+          "none": {1: 92, 2: 71, 3: 55, 4: 48}}
+    off = {"rope": {1: 100, 2: 100, 3: 66, 4: 7}, "rope + PI": {1: 100, 2: 7, 3: 6, 4: 6},
+           "rope + NTK": {1: 100, 2: 100, 3: 100, 4: 99}, "alibi": {1: 26, 2: 22, 3: 21, 4: 20},
+           "none": {1: 26, 2: 19, 3: 15, 4: 13}}
+    results = {"last_value": _fake_results("last_value", lv), "offset": _fake_results("offset", off)}
+    table = check_claims(chapter_claims(results))
+    assert (table["verdict"] == "holds").all()
+    lv["alibi"][4] = 40  # ALiBi no longer carries the last-value task: two claims must fail
+    broken = {"last_value": _fake_results("last_value", lv), "offset": results["offset"]}
+    with pytest.raises(AssertionError, match="ALiBi"):
+        check_claims(chapter_claims(broken))

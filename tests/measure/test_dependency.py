@@ -113,3 +113,22 @@ def test_rnn_parameter_helpers():
         rnn_width_for_parameters(0)
     with pytest.raises(TypeError, match="d_model must be an int"):
         rnn_parameters(2.5)
+
+
+def test_position_jacobian_norms_is_diagonal_for_a_token_wise_map_and_flags_mixing():
+    from transformer_course.measure.dependency import position_jacobian_norms
+    from transformer_course.nn.feedforward import FeedForward
+
+    ffn = FeedForward(8, 16).double()
+    tokens = torch.randn(5, 8, dtype=torch.float64)
+    norms = position_jacobian_norms(ffn, tokens)
+    assert norms.shape == (5, 5) and (norms.diagonal() > 0).all()
+    assert (norms[~torch.eye(5, dtype=torch.bool)] == 0).all()
+    shifted = position_jacobian_norms(lambda t: ffn(t.roll(1, dims=0)), tokens)  # output i reads input i - 1
+    assert (shifted.diagonal() == 0).all() and (shifted.roll(1, dims=1).diagonal() > 0).all()
+    mixed = position_jacobian_norms(lambda t: ffn(t - t.mean(dim=0)), tokens)  # a norm over positions mixes
+    assert (mixed > 0).all()
+    with pytest.raises(ValueError, match="fn must map"):
+        position_jacobian_norms(lambda t: t[:2], tokens)
+    with pytest.raises(ValueError):
+        position_jacobian_norms(ffn, torch.zeros(2, 5, 8))

@@ -82,3 +82,45 @@ def test_ffn_is_token_wise(gen):
         for j in range(5):
             if i != j:
                 assert (jacobian[i, :, j, :] == 0).all()
+
+
+def test_moe_matches_a_token_by_token_loop_and_uses_k_experts_per_token():
+    from transformer_course.measure.cost import count_flops, count_parameters
+    from transformer_course.nn.feedforward import MoEFeedForward, moe_parameters
+
+    torch.manual_seed(0)
+    moe = MoEFeedForward(8, 16, num_experts=4, top_k=2).double()
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    with torch.no_grad():
+        y = moe(x)
+        ref = []
+        for token in x.reshape(-1, 8):
+            scores, chosen = moe.router(token).topk(2)
+            gates = torch.softmax(scores, dim=-1)
+            ref.append(sum(g * moe.experts[int(e)](token) for g, e in zip(gates, chosen)))
+    assert y.shape == x.shape and torch.allclose(y.reshape(-1, 8), torch.stack(ref), atol=1e-12)
+    assert count_flops(lambda: moe(x)) == 2 * 15 * 8 * 4 + 2 * 15 * 2 * (2 * 8 * 16)
+    counts = moe_parameters(8, 16, 4, 2)
+    assert counts["total"] == count_parameters(moe) and counts["active"] == 8 * 4 + 2 * count_parameters(moe.experts[0])
+    assert moe_parameters(8, 16, 4, 2, "swiglu", bias=False) == {"total": 8 * 4 + 4 * 3 * 8 * 16,
+                                                                  "active": 8 * 4 + 2 * 3 * 8 * 16}
+    single = MoEFeedForward(8, 16, num_experts=1, top_k=1).double()  # one expert, gate 1: a plain FFN
+    with torch.no_grad():
+        assert torch.allclose(single(x), single.experts[0](x), atol=1e-12)
+
+
+def test_moe_load_balancing_loss_is_one_when_uniform_and_grows_when_one_expert_takes_all():
+    from transformer_course.nn.feedforward import MoEFeedForward
+
+    moe = MoEFeedForward(4, 8, num_experts=4, top_k=1)
+    with pytest.raises(RuntimeError, match="forward pass"):
+        moe.load_balancing_loss()
+    with torch.no_grad():
+        moe.router.weight.zero_()  # uniform probabilities; ties send every token to expert 0
+        moe(torch.randn(10, 4))
+        assert torch.isclose(moe.load_balancing_loss(), torch.tensor(1.0))  # P uniform: E * sum f_e / E = 1
+        moe.router.weight.copy_(torch.tensor([[100.0, 0, 0, 0]] + [[0.0, 0, 0, 0]] * 3))
+        moe(torch.rand(10, 4) + 1)  # positive first feature: expert 0 with probability ~1
+        assert torch.isclose(moe.load_balancing_loss(), torch.tensor(4.0))  # the worst case, E
+    with pytest.raises(ValueError, match="top_k"):
+        MoEFeedForward(4, 8, num_experts=2, top_k=3)

@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from transformer_course.nn.attention import scaled_dot_product_attention
@@ -61,3 +62,47 @@ def test_alibi_bias_shape_and_usable_as_attention_bias(gen):
     q = torch.randn(1, 4, 6, 8, generator=gen)
     out, _ = scaled_dot_product_attention(q, q, q, bias=bias)
     assert out.shape == (1, 4, 6, 8)
+
+
+def test_interpolated_positions_squeeze_long_inputs_into_the_trained_range():
+    from transformer_course.nn.positional import interpolated_positions
+
+    assert torch.equal(interpolated_positions(10, 16), torch.arange(10, dtype=torch.float64))  # T <= L: unchanged
+    squeezed = interpolated_positions(64, 16)
+    assert squeezed.dtype == torch.float64 and squeezed.shape == (64,)
+    assert torch.allclose(squeezed, torch.arange(64, dtype=torch.float64) / 4)
+    assert float(squeezed.max()) < 16  # every position inside [0, L)
+    for bad in ((0, 4), (4, 0)):
+        with pytest.raises(ValueError):
+            interpolated_positions(*bad)
+
+
+def test_ntk_scaled_base_keeps_the_fastest_pair_and_slows_the_slowest_by_the_scale():
+    from transformer_course.nn.positional import ntk_scaled_base, pair_frequencies
+
+    for head_dim, scale in ((8, 4.0), (128, 8.0)):
+        new = pair_frequencies(head_dim, ntk_scaled_base(10000.0, scale, head_dim))
+        old = pair_frequencies(head_dim)
+        assert math.isclose(float(new[0]), 1.0) and math.isclose(float(new[-1]), float(old[-1]) / scale, rel_tol=1e-9)
+        assert (new[1:-1] < old[1:-1]).all() and (new[1:-1] > old[1:-1] / scale).all()  # in between: less than PI
+    assert ntk_scaled_base(10000.0, 1.0, 8) == 10000.0
+    with pytest.raises(ValueError, match="scale"):
+        ntk_scaled_base(10000.0, 0.5, 8)
+    with pytest.raises(ValueError, match="head_dim"):
+        ntk_scaled_base(10000.0, 2.0, 7)
+
+
+def test_rope_decay_bound_starts_at_its_maximum_and_decays_for_wide_heads():
+    from transformer_course.nn.positional import rope_decay_bound
+
+    distances = torch.tensor([0.0, 16.0, 256.0])
+    wide = rope_decay_bound(128, distances)
+    assert math.isclose(float(wide[0]), (64 + 1) / 2)  # |S_j(0)| = j, averaged over j = 1..64
+    assert wide[0] > wide[1] > wide[2]
+    # brute force: the same sums written as a loop over pairs
+    omega = [10000 ** (-2 * k / 8) for k in range(4)]
+    r = 5.0
+    sums = [abs(sum(complex(math.cos(r * w), math.sin(r * w)) for w in omega[:j])) for j in range(1, 5)]
+    assert math.isclose(float(rope_decay_bound(8, torch.tensor([r]))[0]), sum(sums) / 4, rel_tol=1e-12)
+    with pytest.raises(ValueError):
+        rope_decay_bound(8, torch.zeros(2, 2))

@@ -86,3 +86,17 @@ def test_similarity_and_alibi_figures():
     assert image.mask[0, 1] and not image.mask[1, 0]  # the future is blank under the causal view
     with pytest.raises(ValueError, match="slopes must have shape"):
         plot_alibi_bias(alibi_bias(3, 5), alibi_slopes(2))
+
+
+def test_rope_decay_figure_normalizes_each_curve():
+    from transformer_course.nn.positional import rope_decay_bound
+    from transformer_course.plotting.positional import plot_rope_decay
+
+    distances = torch.arange(0, 65, dtype=torch.float64)
+    fig = plot_rope_decay(distances, {"D_h = 8": rope_decay_bound(8, distances), "D_h = 32": rope_decay_bound(32, distances)})
+    lines = fig.axes[0].get_lines()
+    assert len(lines) == 2 and all(abs(line.get_ydata()[0] - 1) < 1e-12 for line in lines)
+    with pytest.raises(ValueError, match="shape"):
+        plot_rope_decay(distances, {"bad": torch.ones(3, dtype=torch.float64)})
+    with pytest.raises(ValueError, match="at least one"):
+        plot_rope_decay(distances, {})

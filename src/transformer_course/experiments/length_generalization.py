@@ -10,6 +10,11 @@ mentions absolute position or the sequence length, so a model that learned the r
 at any length: what it needs is "which value is the most recent", i.e. *relative* order. It is the
 "flip-flop" memory task of Liu et al. (2023) in its simplest form: writes only, every position reads.
 
+A second task ("offset"): uniform random tokens, and at every position t >= k the model must
+output the token at t - k (k = ``OFFSET``). The rule is fixed in *relative* position too, but it
+asks for one exact distance instead of "the nearest", so a bias that prefers recent tokens (ALiBi)
+does not point at the answer.
+
 The model. Token embeddings, an optional added encoding, ``num_layers`` Pre-LN causal blocks and a
 linear read-out. The five schemes differ in one place each:
 
@@ -23,11 +28,15 @@ linear read-out. The five schemes differ in one place each:
 
 The measurement. :func:`far_end_accuracy` scores only the last ``train_length`` positions of a test
 sequence, so at test length 4L every scored position is one the model never saw in training.
+:func:`length_generalization_ensemble` repeats the experiment over seeds (one model per scheme and
+seed, trained one after another) and evaluates each trained RoPE model once more with its positions
+rescaled (:func:`rope_scaling`: position interpolation or "NTK-aware" scaling), with no retraining.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import pandas as pd
 import torch
@@ -42,12 +51,16 @@ from transformer_course.nn.feedforward import FeedForward
 from transformer_course.nn.masks import causal_mask
 from transformer_course.nn.normalization import LayerNorm
 from transformer_course.nn.positional import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding, alibi_bias,
-                                              rotary_embedding)
+                                              interpolated_positions, ntk_scaled_base, rotary_embedding)
 from transformer_course.measure.timing import threads
+from .claims import Claim
 from .training import fit, model_device, seeded
 
 SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "none")
+TASKS = ("last_value", "offset")
+ROPE_SCALINGS = {"interpolation": "rope + PI", "ntk": "rope + NTK"}  # method -> row label in the results
 IGNORE_INDEX = -100
+OFFSET = 3  # the offset task asks for the token OFFSET positions back
 NUM_NOISE = 8  # noise token ids 0 .. 7
 NUM_VALUES = 8  # value token ids 8 .. 15; a blind guess among them is right 1 time in 8
 
@@ -97,6 +110,50 @@ def make_last_value_batch(
     return tokens, targets
 
 
+def make_offset_batch(batch_size: int, length: int, generator: torch.Generator, offset: int = OFFSET,
+                      vocab_size: int = NUM_NOISE + NUM_VALUES) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw a batch of the offset task: uniform random tokens, target[t] = token[t - offset].
+
+    Args:
+        batch_size: number of sequences B (>= 1).
+        length: sequence length T (>= 1).
+        generator: a CPU ``torch.Generator`` that makes the batch reproducible.
+        offset: how far back the answer lies (>= 1).
+        vocab_size: number of token ids (>= 2); a blind guess is right 1 time in ``vocab_size``.
+
+    Returns:
+        tokens: (B, T) int64 token ids.
+        targets: (B, T) int64, ``IGNORE_INDEX`` at the first ``offset`` positions.
+
+    Raises:
+        TypeError, ValueError: for a missing generator or sizes out of range.
+    """
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    length = check_int("length", length, minimum=1)
+    check_instance("generator", generator, torch.Generator, "torch.Generator")
+    offset = check_int("offset", offset, minimum=1)
+    vocab_size = check_int("vocab_size", vocab_size, minimum=2)
+    tokens = torch.randint(0, vocab_size, (batch_size, length), generator=generator)  # (B, T)
+    targets = torch.full_like(tokens, IGNORE_INDEX)  # (B, T)
+    if offset < length:
+        targets[:, offset:] = tokens[:, :-offset]
+    return tokens, targets
+
+
+def make_task_batch(task: str, batch_size: int, length: int,
+                    generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of ``task`` (one of ``TASKS``): :func:`make_last_value_batch` or :func:`make_offset_batch`."""
+    check_choice("task", task, TASKS)
+    maker = make_last_value_batch if task == "last_value" else make_offset_batch
+    return maker(batch_size, length, generator)
+
+
+def task_chance(task: str) -> float:
+    """Accuracy in percent of a blind guess: 1 / 8 value tokens (last value), 1 / 16 tokens (offset)."""
+    check_choice("task", task, TASKS)
+    return 100 / (NUM_VALUES if task == "last_value" else NUM_NOISE + NUM_VALUES)
+
+
 class PositionalSelfAttention(nn.Module):
     """Causal multi-head self-attention whose scores carry position the way ``scheme`` says.
 
@@ -119,6 +176,7 @@ class PositionalSelfAttention(nn.Module):
         self.attention = MultiHeadAttention(d_model, num_heads)
         if scheme == "rope" and self.attention.d_head % 2:
             raise ValueError(f"RoPE needs an even head width, got d_model={d_model}, num_heads={num_heads}")
+        self.rope_scaling: tuple[str, int] | None = None  # (method, L): set by ``rope_scaling``, None = plain RoPE
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mha, t = self.attention, x.shape[1]
@@ -127,7 +185,15 @@ class PositionalSelfAttention(nn.Module):
         v = mha.split_heads(mha.v_proj(x))  # (B, H, T, Dh)
         bias = None
         if self.scheme == "rope":
-            q, k = rotary_embedding(q), rotary_embedding(k)  # (B, H, T, Dh) each, rotated by position
+            positions, base = None, 10000.0  # plain RoPE: positions 0 .. T-1
+            if self.rope_scaling is not None and t > self.rope_scaling[1]:
+                method, train_length = self.rope_scaling
+                if method == "interpolation":
+                    positions = interpolated_positions(t, train_length, device=x.device)  # (T,) in [0, L)
+                else:
+                    base = ntk_scaled_base(base, t / train_length, mha.d_head)
+            q = rotary_embedding(q, positions, base)  # (B, H, T, Dh), rotated by position
+            k = rotary_embedding(k, positions, base)  # (B, H, T, Dh)
         elif self.scheme == "alibi":
             bias = alibi_bias(mha.num_heads, t).to(device=x.device, dtype=x.dtype)  # (H, T, T)
         heads, _ = _attention(q, k, v, causal_mask(t, device=x.device), bias)  # (B, H, T, Dh)
@@ -208,6 +274,41 @@ class LengthGeneralizationModel(nn.Module):
         return self.head(self.norm(x))  # (B, T, V)
 
 
+@contextmanager
+def rope_scaling(model: nn.Module, method: str, train_length: int) -> Iterator[nn.Module]:
+    """Inside the ``with`` block, every RoPE attention of ``model`` rescales inputs longer than ``train_length``.
+
+    ``method="interpolation"``: positions m -> m L / T (Chen et al., 2023); ``"ntk"``: the RoPE base
+    raised to 10000 (T / L)^(Dh / (Dh - 2)) (:func:`~transformer_course.nn.positional.ntk_scaled_base`).
+    Inputs of length <= L are unchanged. No weight changes: this is the zero-shot use of both fixes.
+
+    Args:
+        model: a module holding :class:`PositionalSelfAttention` layers with ``scheme="rope"``.
+        method: ``"interpolation"`` or ``"ntk"``.
+        train_length: L (>= 1).
+
+    Yields:
+        ``model``.
+
+    Raises:
+        TypeError, ValueError: for an unknown method, a bad length, or a model without RoPE attention.
+    """
+    check_instance("model", model, nn.Module, "torch.nn.Module")
+    method = check_choice("method", method, tuple(ROPE_SCALINGS))
+    train_length = check_int("train_length", train_length, minimum=1)
+    layers = [m for m in model.modules() if isinstance(m, PositionalSelfAttention) and m.scheme == "rope"]
+    if not layers:
+        raise ValueError("model must contain RoPE attention (PositionalSelfAttention with scheme='rope')")
+    previous = [layer.rope_scaling for layer in layers]
+    for layer in layers:
+        layer.rope_scaling = (method, train_length)
+    try:
+        yield model
+    finally:
+        for layer, old in zip(layers, previous):
+            layer.rope_scaling = old
+
+
 def _last_value_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     tokens, targets = batch
     logits = model(tokens)  # (B, T, V)
@@ -215,8 +316,9 @@ def _last_value_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor])
 
 
 def train_last_value(scheme: str, train_length: int = 16, steps: int = 200, seed: int = 0, batch_size: int = 32,
-                     lr: float = 3e-3, max_len: int = 64) -> tuple[LengthGeneralizationModel, list[float]]:
-    """Train a :class:`LengthGeneralizationModel` with ``scheme`` on last-value sequences of length ``train_length``.
+                     lr: float = 3e-3, max_len: int = 64, task: str = "last_value",
+                     ) -> tuple[LengthGeneralizationModel, list[float]]:
+    """Train a :class:`LengthGeneralizationModel` with ``scheme`` on ``task`` sequences of length ``train_length``.
 
     Causal attention means every prefix of a training sequence is itself a training example, so
     the model is trained at every length <= ``train_length`` and at none longer.
@@ -229,6 +331,7 @@ def train_last_value(scheme: str, train_length: int = 16, steps: int = 200, seed
         batch_size: sequences per batch.
         lr: learning rate (constant).
         max_len: the learned table's rows (the longest test length for ``"learned"``), >= ``train_length``.
+        task: one of ``TASKS`` (the last-value task by default).
 
     Returns:
         The trained model (in eval mode) and the loss of every step.
@@ -237,6 +340,7 @@ def train_last_value(scheme: str, train_length: int = 16, steps: int = 200, seed
         TypeError, ValueError: for an unknown scheme or sizes out of range.
     """
     check_choice("scheme", scheme, SCHEMES)
+    check_choice("task", task, TASKS)
     train_length = check_int("train_length", train_length, minimum=2)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     max_len = check_int("max_len", max_len, minimum=1)
@@ -246,7 +350,7 @@ def train_last_value(scheme: str, train_length: int = 16, steps: int = 200, seed
         model = LengthGeneralizationModel(scheme, max_len=max_len)
 
     def make_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        return make_last_value_batch(batch_size, train_length, generator)
+        return make_task_batch(task, batch_size, train_length, generator)
 
     losses = fit(model, make_batch, _last_value_loss, steps, lr=check_positive_float("lr", lr), seed=seed)
     return model, losses
@@ -254,8 +358,8 @@ def train_last_value(scheme: str, train_length: int = 16, steps: int = 200, seed
 
 @torch.no_grad()
 def far_end_accuracy(model: nn.Module, length: int, scored: int, num_sequences: int = 256,
-                     seed: int = 1000) -> float:
-    """Accuracy of ``model`` on the last ``scored`` positions of fresh last-value sequences of ``length``.
+                     seed: int = 1000, task: str = "last_value") -> float:
+    """Accuracy of ``model`` on the last ``scored`` positions of fresh ``task`` sequences of ``length``.
 
     Scoring only the far end (positions ``length - scored`` .. ``length - 1``) keeps the positions a
     model trained at length ``scored`` has seen out of the average: at ``length`` = 4 * ``scored``
@@ -267,6 +371,7 @@ def far_end_accuracy(model: nn.Module, length: int, scored: int, num_sequences: 
         scored: how many final positions to score (>= 1).
         num_sequences: test sequences.
         seed: seeds the test data (the same sequences for every model).
+        task: one of ``TASKS``.
 
     Returns:
         The fraction of scored positions (with a target) whose argmax is the target, in [0, 1].
@@ -281,7 +386,7 @@ def far_end_accuracy(model: nn.Module, length: int, scored: int, num_sequences: 
         raise ValueError(f"scored must be <= length={length}, got {scored}")
     num_sequences = check_int("num_sequences", num_sequences, minimum=1)
     generator = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
-    tokens, targets = make_last_value_batch(num_sequences, length, generator)  # (B, T) each
+    tokens, targets = make_task_batch(task, num_sequences, length, generator)  # (B, T) each
     device = model_device(model)
     model.eval()
     with threads(1 if device.type == "cpu" else None):  # one thread, as in training: the same sums everywhere
@@ -331,6 +436,167 @@ def length_generalization(schemes: Sequence[str] = SCHEMES, train_length: int = 
     table.columns.name = "test length"
     table.attrs.update(train_length=train_length, chance=100 / NUM_VALUES)
     return table
+
+
+CHAPTER_SETTINGS = {  # DL0030's ensemble, shared by the chapter and benchmarks/calibration/dl0030_positional_encoding.py
+    "train_length": 16,
+    "test_lengths": (16, 32, 64),
+    "steps": 100,
+    "num_seeds": 8,
+    "tasks": {"last_value": SCHEMES, "offset": ("rope", "alibi")},
+    "rope_scalings": ("interpolation", "ntk"),
+}
+
+
+def _check_seeds(seeds: Iterable[int]) -> list[int]:
+    seeds = [check_int("seeds", s, minimum=0) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be a non-empty collection of distinct ints >= 0, got {seeds}")
+    return seeds
+
+
+def evaluate_length_model(model: nn.Module, task: str, scheme: str, train_length: int, test_lengths: Sequence[int],
+                          rope_scalings: Sequence[str] = ()) -> dict[str, list[float]]:
+    """Far-end accuracy (percent) of one trained model at every test length, plus its rescaled-RoPE variants.
+
+    Returns:
+        ``{label: [accuracy at each test length]}``: ``scheme`` itself and, for ``"rope"``, one label
+        per method of ``rope_scalings`` (``ROPE_SCALINGS[method]``), evaluated without retraining.
+    """
+    rows = {scheme: [100 * far_end_accuracy(model, t, train_length, task=task) for t in test_lengths]}
+    if scheme == "rope":
+        for method in rope_scalings:
+            with rope_scaling(model, method, train_length):
+                rows[ROPE_SCALINGS[method]] = [100 * far_end_accuracy(model, t, train_length, task=task)
+                                               for t in test_lengths]
+    return rows
+
+
+@exhibit
+def length_generalization_ensemble(task: str = "last_value", schemes: Sequence[str] = SCHEMES, train_length: int = 16,
+                                   test_lengths: Sequence[int] = (16, 32, 48, 64), steps: int = 100,
+                                   seeds: Iterable[int] = range(8),
+                                   rope_scalings: Sequence[str] = ("interpolation",)) -> pd.DataFrame:
+    """Train one model per scheme and seed at ``train_length``; test each at every length, zero-shot.
+
+    Each trained RoPE model is also tested with every method of ``rope_scalings`` (see
+    :func:`rope_scaling`), without retraining: its rows are labelled ``ROPE_SCALINGS[method]``.
+
+    Args:
+        task: one of ``TASKS``.
+        schemes: the position schemes (each one of ``SCHEMES``).
+        train_length: L.
+        test_lengths: test lengths, each >= L; the learned table gets ``max(test_lengths)`` rows.
+        steps: training steps per model.
+        seeds: the ensemble: one model per scheme and seed (weights and training batches); the test
+            sequences are the same for every model.
+        rope_scalings: methods among ``ROPE_SCALINGS`` to evaluate the RoPE models with.
+
+    Returns:
+        Long DataFrame with columns task, scheme, seed, test_length, accuracy (percent), one row per
+        (scheme label, seed, test length). ``attrs`` holds ``train_length``, ``chance`` and ``task``.
+
+    Raises:
+        TypeError, ValueError: for an unknown task, scheme or scaling, empty or repeated seeds, or a
+            test length < L.
+    """
+    check_choice("task", task, TASKS)
+    schemes = list(schemes)
+    if not schemes:
+        raise ValueError("schemes must name at least one scheme, got an empty sequence")
+    for scheme in schemes:
+        check_choice("schemes", scheme, SCHEMES)
+    for method in rope_scalings:
+        check_choice("rope_scalings", method, tuple(ROPE_SCALINGS))
+    train_length = check_int("train_length", train_length, minimum=2)
+    test_lengths = [check_int("test_lengths", t, minimum=1) for t in test_lengths]
+    if not test_lengths or min(test_lengths) < train_length:
+        raise ValueError(f"test_lengths must be non-empty and each >= train_length={train_length}, got {test_lengths}")
+    seeds = _check_seeds(seeds)
+    records = []
+    for scheme in schemes:
+        for seed in seeds:
+            model, _ = train_last_value(scheme, train_length, steps, seed, max_len=max(test_lengths), task=task)
+            rows = evaluate_length_model(model, task, scheme, train_length, test_lengths, rope_scalings)
+            for label, accuracies in rows.items():
+                records += [{"task": task, "scheme": label, "seed": seed, "test_length": t, "accuracy": a}
+                            for t, a in zip(test_lengths, accuracies)]
+    results = pd.DataFrame.from_records(records)
+    results.attrs.update(train_length=train_length, chance=task_chance(task), task=task)
+    return results
+
+
+@exhibit
+def ensemble_medians(results: pd.DataFrame) -> pd.DataFrame:
+    """Median accuracy over seeds: one row per scheme label (in order of appearance), one column per test length.
+
+    Raises:
+        TypeError, ValueError: if ``results`` lacks the columns of :func:`length_generalization_ensemble`.
+    """
+    check_instance("results", results, pd.DataFrame, "pandas DataFrame")
+    missing = {"scheme", "seed", "test_length", "accuracy"} - set(results.columns)
+    if results.empty or missing:
+        raise ValueError(f"results must be a non-empty table with columns scheme, seed, test_length, accuracy; "
+                         f"missing {sorted(missing)}")
+    order = list(dict.fromkeys(results["scheme"]))
+    table = results.pivot_table(index="scheme", columns="test_length", values="accuracy", aggfunc="median")
+    table = table.loc[order]
+    table.columns.name = "test length"
+    table.attrs.update(results.attrs)
+    return table
+
+
+def median_accuracy(results: pd.DataFrame, scheme: str, length: int) -> float:
+    """Median over seeds of the accuracy (percent) of ``scheme`` at test length ``length``.
+
+    Raises:
+        ValueError: if ``results`` has no row for that scheme and length.
+    """
+    rows = results[(results["scheme"] == scheme) & (results["test_length"] == length)]
+    if rows.empty:
+        raise ValueError(f"results has no row for scheme={scheme!r} at test length {length}")
+    return float(rows["accuracy"].median())
+
+
+def chapter_claims(results: dict[str, pd.DataFrame]) -> list[Claim]:
+    """DL0030's conclusions, as statements about the medians over seeds of the two ensembles.
+
+    Args:
+        results: ``{"last_value": ..., "offset": ...}``, tables of :func:`length_generalization_ensemble`
+            run with ``CHAPTER_SETTINGS`` (train length L = 16).
+
+    Returns:
+        The claims the chapter asserts with ``check_claims``; ``benchmarks/calibration/
+        dl0030_positional_encoding.py`` computes the same ones for 30 base seeds.
+    """
+    L = CHAPTER_SETTINGS["train_length"]
+    lv, off = results["last_value"], results["offset"]
+
+    def med(table: pd.DataFrame, scheme: str, multiple: int) -> float:
+        return median_accuracy(table, scheme, multiple * L)
+
+    absolute_4L = max(med(lv, "sinusoidal", 4), med(lv, "learned", 4))
+    return [
+        Claim("last value: lowest median accuracy at L over the five schemes (%)",
+              min(med(lv, s, 1) for s in SCHEMES), ">=", 85),
+        Claim("last value: higher median accuracy at 4L of sinusoidal and learned (%)", absolute_4L, "<", 55),
+        Claim("last value: median accuracy at 2L, RoPE (%)", med(lv, "rope", 2), ">=", 85),
+        Claim("last value: median accuracy at 4L, RoPE (%)", med(lv, "rope", 4), "<", 60),
+        Claim("last value: median accuracy at 4L, RoPE + PI, zero-shot (%)", med(lv, "rope + PI", 4), ">=", 75),
+        Claim("last value: median accuracy at 4L, RoPE + NTK, zero-shot (%)", med(lv, "rope + NTK", 4), ">=", 80),
+        Claim("last value: median accuracy at 4L, ALiBi (%)", med(lv, "alibi", 4), ">=", 80),
+        Claim("last value: NoPE minus the better absolute scheme, medians at 4L (points)",
+              med(lv, "none", 4) - absolute_4L, ">", 0),
+        Claim("last value: ALiBi minus NoPE, medians at 4L (points)", med(lv, "alibi", 4) - med(lv, "none", 4), ">", 20),
+        Claim("last value: RoPE minus NoPE, medians at 2L (points)", med(lv, "rope", 2) - med(lv, "none", 2), ">", 0),
+        Claim("offset 3: median accuracy at L, RoPE (%)", med(off, "rope", 1), ">=", 90),
+        Claim("offset 3: median accuracy at L, ALiBi (%)", med(off, "alibi", 1), "<", 50),
+        Claim("offset 3: median accuracy at 2L, RoPE (%)", med(off, "rope", 2), ">=", 85),
+        Claim("offset 3: median accuracy at 4L, RoPE (%)", med(off, "rope", 4), "<", 30),
+        Claim("offset 3: higher median accuracy at 2L and 4L, RoPE + PI, zero-shot (%)",
+              max(med(off, "rope + PI", m) for m in (2, 4)), "<", 30),
+        Claim("offset 3: median accuracy at 4L, RoPE + NTK, zero-shot (%)", med(off, "rope + NTK", 4), ">=", 80),
+    ]
 
 
 @exhibit

@@ -375,3 +375,29 @@ def sees_future(model: Transformer, stack: str, length: int = 6, seed: int = 0) 
     finally:
         model.train(was_training)
     return not torch.allclose(before[0, 0], after[0, 0], atol=1e-6, rtol=0.0)
+
+
+def position_jacobian_norms(fn: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
+    """||d out_i / d x_j||_F for every pair of positions: which outputs depend on which inputs.
+
+    A token-wise map (the FFN) gives a diagonal matrix: output i depends on input i alone. Any
+    map that mixes positions (attention, a convolution over the sequence, a norm over the
+    sequence axis) puts non-zero entries off the diagonal.
+
+    Args:
+        fn: maps a (T, D) tensor to a (T, D') tensor.
+        tokens: (T, D) floating input at which the Jacobian is taken.
+
+    Returns:
+        (T, T) tensor: row i output position, column j input position.
+
+    Raises:
+        TypeError, ValueError: if ``tokens`` is not a 2-D floating tensor or ``fn`` changes the length.
+    """
+    check_tensor("tokens", tokens, ndim=2, floating=True)
+    out = fn(tokens)
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != tokens.shape[0]:
+        raise ValueError(f"fn must map (T, D) to (T, D') with T = {tokens.shape[0]}, "
+                         f"got {tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}")
+    jacobian = torch.autograd.functional.jacobian(fn, tokens, vectorize=True)  # (T, D', T, D)
+    return jacobian.pow(2).sum(dim=(1, 3)).sqrt()  # (T, T)

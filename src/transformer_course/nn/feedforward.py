@@ -76,3 +76,97 @@ def swiglu_matched_d_ff(d_model: int, d_ff: int) -> int:
     d_model = check_int("d_model", d_model, minimum=1)
     d_ff = check_int("d_ff", d_ff, minimum=1)
     return max(1, round(d_ff * (2 * d_model + 1) / (3 * d_model + 2)))
+
+
+class MoEFeedForward(nn.Module):
+    """A mixture-of-experts FFN: each token goes through the ``top_k`` of ``num_experts`` FFNs its router picks.
+
+    router logits s = x W_r (one per expert); the token's output is sum over its top-k experts e of
+    g_e FFN_e(x), with the gates g = softmax of the top-k logits (Mixtral; with top_k = 1 the gate is
+    1, where Switch uses the full softmax probability). Every expert is a :class:`FeedForward`, so a
+    token costs ``top_k`` FFNs however many experts the layer holds.
+
+    Args:
+        d_model: width D.
+        d_ff: hidden width F of every expert.
+        num_experts: E (>= 1).
+        top_k: experts per token k (1 <= k <= E).
+        activation: the experts' activation (see ``FeedForward``).
+
+    Shape:
+        x (..., D) -> (..., D). After a forward pass, ``router_probs`` (N, E) and ``expert_index``
+        (N, k) hold the softmax over all experts and the chosen experts of the N tokens, for
+        :meth:`load_balancing_loss`.
+
+    Shazeer et al., 2017 (sparsely-gated MoE); Fedus, Zoph and Shazeer, 2022 (Switch Transformer);
+    Jiang et al., 2024 (Mixtral: 8 experts, top-2).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, num_experts: int, top_k: int = 2, activation: str = "relu") -> None:
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, minimum=1)
+        self.num_experts = check_int("num_experts", num_experts, minimum=1)
+        self.top_k = check_int("top_k", top_k, minimum=1)
+        if top_k > num_experts:
+            raise ValueError(f"top_k must be <= num_experts={num_experts}, got {top_k}")
+        self.router = nn.Linear(d_model, num_experts, bias=False)
+        self.experts = nn.ModuleList(FeedForward(d_model, d_ff, activation) for _ in range(num_experts))
+        self.router_probs: torch.Tensor | None = None
+        self.expert_index: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_features("x", x, self.d_model)
+        tokens = x.reshape(-1, self.d_model)  # (N, D)
+        logits = self.router(tokens)  # (N, E)
+        top_logits, index = logits.topk(self.top_k, dim=-1)  # (N, k) each
+        gates = F.softmax(top_logits, dim=-1)  # (N, k)
+        self.router_probs, self.expert_index = F.softmax(logits, dim=-1), index
+        out = torch.zeros_like(tokens)  # (N, D)
+        for e, expert in enumerate(self.experts):
+            rows, slot = (index == e).nonzero(as_tuple=True)  # the tokens that chose expert e, and in which slot
+            if rows.numel():
+                out = out.index_add(0, rows, gates[rows, slot].unsqueeze(-1) * expert(tokens[rows]))
+        return out.reshape(x.shape)  # (..., D)
+
+    def load_balancing_loss(self) -> torch.Tensor:
+        """Switch's auxiliary loss E * sum_e f_e P_e of the last forward pass (1 when the load is uniform).
+
+        f_e: the fraction of the token-slots routed to expert e; P_e: the mean router probability of
+        e. Minimal (1) when both are uniform; E when every token goes to one expert with probability 1.
+
+        Raises:
+            RuntimeError: before the first forward pass.
+
+        Fedus, Zoph and Shazeer, 2022, equation (4) (there with top-1 routing).
+        """
+        if self.router_probs is None:
+            raise RuntimeError("load_balancing_loss needs a forward pass first")
+        fraction = F.one_hot(self.expert_index, self.num_experts).float().mean(dim=(0, 1))  # (E,)
+        return self.num_experts * (fraction * self.router_probs.mean(dim=0)).sum()
+
+
+def moe_parameters(d_model: int, d_ff: int, num_experts: int, top_k: int, activation: str = "relu",
+                   bias: bool = True) -> dict[str, int]:
+    """Parameters of one MoE FFN layer: all of them, and those one token uses (router + its top-k experts).
+
+    Args:
+        d_model, d_ff, num_experts, top_k, activation: as in :class:`MoEFeedForward`.
+        bias: count the experts' biases (``FeedForward`` has them; Mixtral's experts have none).
+
+    Returns:
+        ``{"total": ..., "active": ...}``.
+
+    Raises:
+        TypeError, ValueError: for sizes out of range or ``top_k`` > ``num_experts``.
+    """
+    d_model = check_int("d_model", d_model, minimum=1)
+    d_ff = check_int("d_ff", d_ff, minimum=1)
+    num_experts = check_int("num_experts", num_experts, minimum=1)
+    top_k = check_int("top_k", top_k, minimum=1)
+    if top_k > num_experts:
+        raise ValueError(f"top_k must be <= num_experts={num_experts}, got {top_k}")
+    check_choice("activation", activation, ACTIVATIONS)
+    matrices = 3 if activation == "swiglu" else 2
+    expert = matrices * d_model * d_ff + (((matrices - 1) * d_ff + d_model) if bias else 0)
+    router = d_model * num_experts
+    return {"total": router + num_experts * expert, "active": router + top_k * expert}

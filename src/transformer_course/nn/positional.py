@@ -153,6 +153,90 @@ def rotary_embedding(x: torch.Tensor, positions: torch.Tensor | None = None, bas
     return rotated.flatten(-2)  # (..., T, Dh)
 
 
+def interpolated_positions(t: int, train_length: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Position interpolation: positions 0 .. T-1 squeezed into [0, L) when T exceeds the training length L.
+
+    RoPE at position m rotates pair i by m * w_i; past the training length L the angles m * w_i of the
+    slow pairs are larger than any seen in training. Chen et al. (2023) rescale every position by
+    L / T' (here T' = T, the length of the input) so that all angles stay inside the trained range;
+    neighbouring tokens then sit L / T apart instead of 1. For T <= L the positions are unchanged.
+
+    Args:
+        t: sequence length T (>= 1).
+        train_length: L, the longest length seen in training (>= 1).
+        device: where to build the tensor.
+
+    Returns:
+        (T,) float64 tensor: m * min(1, L / T) for m = 0 .. T-1.
+
+    Raises:
+        TypeError, ValueError: if ``t`` or ``train_length`` is not a positive int.
+
+    Chen, Wong, Chen and Tian, 2023, "Extending Context Window of Large Language Models via
+    Positional Interpolation", equation (4).
+    """
+    t = check_int("t", t, minimum=1)
+    train_length = check_int("train_length", train_length, minimum=1)
+    return torch.arange(t, dtype=torch.float64, device=device) * min(1.0, train_length / t)  # (T,)
+
+
+def ntk_scaled_base(base: float, scale: float, head_dim: int) -> float:
+    """"NTK-aware" RoPE scaling: the base that stretches the slowest pair's wavelength by ``scale``.
+
+    Instead of squeezing positions (which shrinks every angle, the fast pairs' too), raise the base
+    to base * scale^(Dh / (Dh - 2)): the fastest pair (w_0 = 1) is unchanged, and the slowest pair,
+    w = base^(-(Dh-2)/Dh), becomes w / scale, as in position interpolation.
+
+    Args:
+        base: the RoPE base used in training (10000).
+        scale: T / L, how much longer the input is than the training length (>= 1).
+        head_dim: Dh, an even head width >= 4.
+
+    Returns:
+        The new base (a float >= ``base``).
+
+    Raises:
+        TypeError, ValueError: if ``base`` <= 0, ``scale`` < 1 or ``head_dim`` is not an even int >= 4.
+
+    bloc97, 2023 (the "NTK-aware scaled RoPE" post); Peng et al., 2023, "YaRN", section 3.2.
+    """
+    base = check_positive_float("base", base)
+    scale = check_positive_float("scale", scale)
+    if scale < 1:
+        raise ValueError(f"scale must be >= 1 (an input at least as long as the training length), got {scale}")
+    head_dim = check_int("head_dim", head_dim, minimum=4)
+    if head_dim % 2:
+        raise ValueError(f"head_dim must be even, got {head_dim}")
+    return base * scale ** (head_dim / (head_dim - 2))
+
+
+def rope_decay_bound(head_dim: int, distances: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """RoFormer's long-term decay curve: (2 / Dh) * sum_j |S_j(r)|, S_j(r) = sum_{k < j} exp(i r w_k), at each distance r.
+
+    Su et al. bound the RoPE score of two vectors at relative distance r by
+    (max_j |h_{j+1} - h_j|) * sum_j |S_j(r)| (Abel summation over the Dh/2 pairs); the factor that
+    depends on r alone, averaged over the pairs, decays (with oscillations) as r grows.
+
+    Args:
+        head_dim: Dh, an even head width.
+        distances: (R,) relative distances r (any real values).
+        base: the RoPE base.
+
+    Returns:
+        (R,) float64 tensor: (Dh/2 + 1) / 2 at r = 0 (every |S_j| = j), smaller as r grows.
+
+    Raises:
+        TypeError, ValueError: if ``head_dim`` is not a positive even int or ``distances`` is not 1-D.
+
+    Su et al., 2021, "RoFormer", section 3.4.3 and Figure 2.
+    """
+    check_tensor("distances", distances, ndim=1)
+    frequency = pair_frequencies(head_dim, base)  # (Dh/2,)
+    angle = distances.to(torch.float64).unsqueeze(-1) * frequency  # (R, Dh/2)
+    partial = torch.polar(torch.ones_like(angle), angle).cumsum(dim=-1)  # (R, Dh/2): S_1 .. S_{Dh/2}
+    return partial.abs().mean(dim=-1)  # (R,)
+
+
 def alibi_slopes(num_heads: int) -> torch.Tensor:
     """Head slopes m_h = 2^(-8 h / H), h = 1..H (the geometric sequence of the ALiBi paper)."""
     num_heads = check_int("num_heads", num_heads, minimum=1)

@@ -1,4 +1,4 @@
-"""Figures of the position-wise feed-forward network: its shape, its activations, its token-wise Jacobian.
+"""Figures of the position-wise feed-forward network: its shape, activations, token-wise Jacobian, rank collapse.
 
 ``plot_ffn_diagram`` reads every width and the activation off a real ``FeedForward`` instance, so
 the picture cannot drift from the module. All functions return a ``Figure`` made by ``new_figure``.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
@@ -149,4 +150,50 @@ def plot_position_jacobians(blocks: Mapping[str, torch.Tensor]) -> Figure:
         ax.set_ylabel("output position i")
         ax.set_title(name, fontsize=10)
         fig.colorbar(image, ax=ax, shrink=0.8, label="||d out_i / d x_j||")
+    return fig
+
+
+RANK_STYLES = {  # colour and line style per stack of ``experiments.rank_collapse``
+    "attention": (PALETTE["attention"], "-"),
+    "attention + FFN": (PALETTE["ffn"], "--"),
+    "attention + skip": (PALETTE["norm"], "-."),
+    "attention + FFN + skip": (PALETTE["projection"], "-"),
+}
+
+
+@exhibit
+def plot_rank_collapse(results: pd.DataFrame, floor: float = 1e-17) -> Figure:
+    """Relative residual r(X) against depth, log scale: every seed a thin line, the median a thick one.
+
+    Args:
+        results: the table of ``experiments.rank_collapse.rank_collapse`` (columns architecture, seed,
+            depth, residual).
+        floor: values below it are drawn at it (float64 rounding leaves about 1e-16).
+
+    Raises:
+        TypeError, ValueError: if ``results`` is not a non-empty table with those columns or ``floor`` <= 0.
+    """
+    if not isinstance(results, pd.DataFrame) or results.empty:
+        raise TypeError(f"results must be a non-empty pandas DataFrame, got {type(results).__name__}")
+    missing = {"architecture", "seed", "depth", "residual"} - set(results.columns)
+    if missing:
+        raise ValueError(f"results needs the columns architecture, seed, depth, residual; missing {sorted(missing)}")
+    if not floor > 0:
+        raise ValueError(f"floor must be > 0, got {floor}")
+    fig = new_figure(7.4, 4.4)
+    ax = fig.add_subplot()
+    for architecture, rows in results.groupby("architecture", sort=False):
+        color, style = RANK_STYLES.get(architecture, ("grey", "-"))
+        for _, seed_rows in rows.groupby("seed"):
+            ax.plot(seed_rows["depth"], seed_rows["residual"].clip(lower=floor), color=color, linestyle=style,
+                    linewidth=0.6, alpha=0.35)
+        median = rows.groupby("depth")["residual"].median().clip(lower=floor)
+        ax.plot(median.index, median.to_numpy(), color=color, linestyle=style, linewidth=2.4,
+                label=f"{architecture} ({rows['seed'].nunique()} seeds)")
+    ax.set_yscale("log")
+    ax.set_ylim(floor / 3, 2)
+    ax.set_xlabel("depth (layers applied)", fontsize=10)
+    ax.set_ylabel("relative residual r(X)", fontsize=10)
+    ax.set_title("Distance of the tokens from all-identical, by depth", fontsize=11)
+    ax.legend(fontsize=9.5, loc="center right")
     return fig

@@ -204,3 +204,107 @@ def plot_length_generalization(table: pd.DataFrame, train_length: int, chance: f
     ax.set_title("Train short, test long: the last-value task")
     ax.legend(title="position scheme", fontsize=9, title_fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig
+
+
+ENSEMBLE_STYLES = dict(SCHEME_STYLES, **{  # the rescaled RoPE rows share RoPE's colour family
+    "rope + PI": ("#56B4E9", "P", "-"),
+    "rope + NTK": ("black", "X", "--"),
+})
+TASK_TITLES = {"last_value": "last value (the nearest value token)", "offset": "offset 3 (the token 3 back)"}
+
+
+@exhibit
+def plot_length_generalization_ensemble(results: Sequence[pd.DataFrame], train_length: int) -> Figure:
+    """Accuracy against test length for every seed (points) and the median over seeds (line), one panel per task.
+
+    Args:
+        results: tables of ``experiments.length_generalization.length_generalization_ensemble`` (one
+            per task: columns scheme, seed, test_length, accuracy; ``attrs`` with ``task`` and ``chance``).
+        train_length: L, drawn as a vertical line.
+
+    Returns:
+        The figure (one axes per table, a shared legend below).
+
+    Raises:
+        TypeError, ValueError: if ``results`` is empty, a table lacks the columns, or ``train_length``
+            is not a positive int.
+    """
+    tables = list(results) if not isinstance(results, pd.DataFrame) else [results]
+    if not tables:
+        raise ValueError("results must hold at least one table, got none")
+    for table in tables:
+        if not isinstance(table, pd.DataFrame) or table.empty:
+            raise TypeError(f"results must hold non-empty pandas DataFrames, got {type(table).__name__}")
+        missing = {"scheme", "seed", "test_length", "accuracy"} - set(table.columns)
+        if missing:
+            raise ValueError(f"each table needs the columns scheme, seed, test_length, accuracy; missing {sorted(missing)}")
+    if isinstance(train_length, bool) or not isinstance(train_length, int) or train_length < 1:
+        raise ValueError(f"train_length must be a positive int, got {train_length!r}")
+    fig = new_figure(10.0, 4.6)
+    axes = fig.subplots(1, len(tables), sharey=True, squeeze=False)[0]
+    handles = {}
+    for ax, table in zip(axes, tables):
+        lengths = sorted(table["test_length"].unique())
+        labels = list(dict.fromkeys(table["scheme"]))
+        width = 0.6 * min(b - a for a, b in zip(lengths, lengths[1:])) if len(lengths) > 1 else 1.0
+        for index, label in enumerate(labels):
+            color, marker, style = ENSEMBLE_STYLES.get(label, ("grey", "x", "-"))
+            shift = width * ((index + 0.5) / len(labels) - 0.5)  # schemes side by side at each length
+            rows = table[table["scheme"] == label]
+            ax.scatter(rows["test_length"] + shift, rows["accuracy"], s=12, color=color, marker=marker, alpha=0.55,
+                       linewidths=0)
+            median = rows.groupby("test_length")["accuracy"].median()
+            (line,) = ax.plot(median.index + shift, median.to_numpy(), color=color, marker=marker, linestyle=style,
+                              linewidth=1.8, markersize=6, markeredgecolor="white", markeredgewidth=0.6)
+            handles.setdefault(label, line)
+        ax.axvline(train_length, color="grey", linewidth=1.0, linestyle="--")
+        chance = table.attrs.get("chance")
+        if chance is not None:
+            ax.axhline(chance, color="grey", linewidth=1.0, linestyle=":")
+            ax.text(lengths[-1] + width / 2, chance + 1.5, f"chance {chance:.1f} %", color="dimgrey", fontsize=10,
+                    va="bottom", ha="right")
+        ax.set_xticks(lengths)
+        ax.set_xticklabels([f"{int(t)} ({t / train_length:g}L)" for t in lengths], fontsize=10)
+        ax.set_ylim(0, 105)
+        ax.set_xlabel("test length T (last L positions scored)", fontsize=10)
+        task = table.attrs.get("task", "")
+        seeds = table["seed"].nunique()
+        ax.set_title(f"{TASK_TITLES.get(task, task)}: {seeds} seeds", fontsize=11)
+    axes[0].set_ylabel("accuracy on the last L positions (%)", fontsize=10)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=min(7, len(handles)),
+               fontsize=10, title="position scheme: line = median over seeds, points = every seed", title_fontsize=10)
+    return fig
+
+
+@exhibit
+def plot_rope_decay(distances: torch.Tensor, curves: dict[str, torch.Tensor]) -> Figure:
+    """RoFormer's long-term decay factor against relative distance, one line per head width, each divided by its value at 0.
+
+    Args:
+        distances: (R,) relative distances, starting at 0.
+        curves: label -> (R,) values of ``nn.positional.rope_decay_bound`` at ``distances``.
+
+    Raises:
+        TypeError, ValueError: if ``curves`` is empty or a curve does not match ``distances``.
+    """
+    check_tensor("distances", distances, ndim=1)
+    if not curves:
+        raise ValueError("curves must hold at least one (R,) tensor, got none")
+    fig = new_figure(7.0, 3.8)
+    ax = fig.add_subplot()
+    colors = [PALETTE["projection"], PALETTE["output"], PALETTE["norm"], PALETTE["attention"]]
+    for index, (label, values) in enumerate(curves.items()):
+        check_tensor(f"curves[{label!r}]", values, ndim=1, floating=True)
+        if values.shape != distances.shape:
+            raise ValueError(f"curves[{label!r}] must have the shape of distances {tuple(distances.shape)}, "
+                             f"got {tuple(values.shape)}")
+        values = values.detach().cpu().double()
+        ax.plot(distances.cpu().numpy(), (values / values[0]).numpy(), color=colors[index % len(colors)],
+                linewidth=1.6, label=label)
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("relative distance m - n (symmetric log scale)", fontsize=10)
+    ax.set_ylabel("decay factor / its value at 0", fontsize=10)
+    ax.set_title("RoPE's long-term decay depends on the head width", fontsize=11)
+    ax.legend(fontsize=10)
+    return fig
