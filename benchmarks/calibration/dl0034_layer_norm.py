@@ -29,13 +29,17 @@ def _cached(name: str, seed: int, compute):
     return value
 
 
-def claims(base_seed: int):
-    seeds = range(base_seed, base_seed + ENSEMBLE_SIZE)
+def seed_results(seed: int):
+    """The three experiments for one seed: sweep finals, gradient profile, first Adam step (cached)."""
     key = hashlib.sha1(repr(CHAPTER_SWEEP).encode()).hexdigest()[:10]  # a new cache when the settings change
-    finals = pd.concat([_cached(f"sweep{key}", s, lambda s=s: placement_lr_sweep([s]).finals) for s in seeds],
-                       ignore_index=True)
-    gradients = pd.concat([_cached("gradients", s, lambda s=s: gradient_norm_ensemble(GRADIENT_DEPTH, [s]))
-                           for s in seeds], axis=1).sort_index(axis=1)
-    first = pd.concat([_cached("first_step", s, lambda s=s: first_step_ensemble([s])) for s in seeds],
-                      ignore_index=True)
+    return (_cached(f"sweep{key}", seed, lambda: placement_lr_sweep([seed]).finals),
+            _cached("gradients", seed, lambda: gradient_norm_ensemble(GRADIENT_DEPTH, [seed])),
+            _cached("first_step", seed, lambda: first_step_ensemble([seed])))
+
+
+def claims(base_seed: int):
+    results = [seed_results(seed) for seed in range(base_seed, base_seed + ENSEMBLE_SIZE)]
+    finals = pd.concat([r[0] for r in results], ignore_index=True)
+    gradients = pd.concat([r[1] for r in results], axis=1).sort_index(axis=1)
+    first = pd.concat([r[2] for r in results], ignore_index=True)
     return gradient_profile_claims(gradients) + first_step_claims(first) + sweep_claims(finals)

@@ -54,6 +54,10 @@ def test_final_losses_table():
         plot_placement_warmup(runs, 0.0, warmup_steps=2)
     with pytest.raises(ValueError, match="warmup_steps must be an int >= 1"):
         plot_placement_warmup(runs, 1.0, warmup_steps=0)
+    with_baseline = plot_placement_warmup(runs, chance_loss(6), warmup_steps=2, window=2, baseline=1.3)
+    assert any("positions only: 1.300" in text.get_text() for text in with_baseline.axes[0].texts)
+    with pytest.raises(ValueError, match="baseline must be a number between 0 and chance"):
+        plot_placement_warmup(runs, chance_loss(6), warmup_steps=2, baseline=2.0)
 
 
 def test_validation():

@@ -30,6 +30,7 @@ from transformer_course.measure.timing import threads
 from transformer_course.nn.model import Encoder
 from .gradient_flow import PLACEMENTS, SortingEncoder, init_xavier_, layer_gradient_norms, sorting_batch, sorting_loss
 from .claims import Claim
+from .stacked import StackedSortingEncoders, fit_stacked, stacked_sorting_loss
 from .training import fit, seeded
 
 NO_WARMUP, WARMUP = "no warm-up", "warm-up"
@@ -170,7 +171,7 @@ class SweepSettings:
     Shared by the chapter and its calibration (``CHAPTER_SWEEP``), so both run the same experiment.
     """
 
-    lrs: tuple[float, ...] = (3e-3, 1e-2, 3e-2, 1e-1)
+    lrs: tuple[float, ...] = (3e-3, 1e-2, 3e-2)
     steps: int = 50
     warmup_steps: int = 15
     num_layers: int = 2
@@ -222,15 +223,10 @@ class PlacementSweep:
     settings: SweepSettings
 
 
-def _evaluate(model: nn.Module, seed: int, settings: SweepSettings) -> tuple[float, float]:
-    """Loss and accuracy on a held-out batch, drawn from a generator no training stream uses."""
+def _held_out_batch(seed: int, settings: SweepSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """The held-out batch of ``seed``: (B, T) tokens and targets, from a generator no training stream uses."""
     generator = torch.Generator().manual_seed(2**40 + seed)
-    tokens, targets = sorting_batch(generator, settings.eval_size, settings.seq_len, settings.vocab_size)
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        logits = model(tokens.to(device)).cpu()  # (B, T, V)
-    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-    return float(loss), float((logits.argmax(dim=-1) == targets).float().mean())
+    return sorting_batch(generator, settings.eval_size, settings.seq_len, settings.vocab_size)
 
 
 def placement_lr_sweep(seeds: Iterable[int], settings: SweepSettings = CHAPTER_SWEEP, progress: bool = False,
@@ -238,15 +234,17 @@ def placement_lr_sweep(seeds: Iterable[int], settings: SweepSettings = CHAPTER_S
     """Train a ``SortingEncoder`` once per (placement, warm-up, learning rate, seed).
 
     Every run uses Xavier initialization, Adam at peak learning rate ``lr`` and no gradient
-    clipping (``training.fit``); "warm-up" ramps the learning rate linearly over the first
+    clipping, as ``training.fit``; "warm-up" ramps the learning rate linearly over the first
     ``settings.warmup_steps`` steps, "no warm-up" starts at ``lr``. The runs of one seed share
     their initial weights (per placement), their training batches and their held-out batch, so
-    the four conditions and the learning rates are compared on the same draws.
+    the four conditions and the learning rates are compared on the same draws. The runs of one
+    (placement, seed) are trained side by side as one ``stacked.StackedSortingEncoders`` (the
+    same runs as ``fit`` would make, one after another, at a fraction of the time).
 
     Args:
         seeds: the ensemble; each seed seeds the weights, the training batches and the held-out batch.
         settings: task, model, schedule and learning-rate grid (``CHAPTER_SWEEP`` in the chapter).
-        progress: one tqdm bar over the runs.
+        progress: one tqdm bar over the (placement, seed) pairs.
         device: where to train (weights are drawn on the CPU, then moved).
 
     Returns:
@@ -263,21 +261,37 @@ def placement_lr_sweep(seeds: Iterable[int], settings: SweepSettings = CHAPTER_S
         raise ValueError("seeds must hold at least one seed, got none")
     check_instance("settings", settings, SweepSettings, "SweepSettings")
     s = settings
-    grid = [(placement, warmup, lr, seed) for placement, warmup in CONDITIONS for lr in s.lrs for seed in seeds]
+    members = [(warmup, lr) for warmup in (NO_WARMUP, WARMUP) for lr in s.lrs]  # the runs of one (placement, seed)
     curves, rows = {}, []
-    for placement, warmup, lr, seed in tqdm(grid, disable=not progress, desc="runs", leave=False):
+    pairs = [(placement, seed) for placement in PLACEMENTS for seed in seeds]
+    for placement, seed in tqdm(pairs, disable=not progress, desc="runs", leave=False):
         with seeded(seed):
-            model = init_xavier_(SortingEncoder(s.vocab_size, s.num_layers, s.d_model, s.num_heads, s.d_ff,
-                                                PLACEMENTS[placement], max_len=s.seq_len)).to(device)
-        curves[(placement, warmup, lr, seed)] = fit(
-            model, lambda g: sorting_batch(g, s.batch_size, s.seq_len, s.vocab_size), sorting_loss, s.steps,
-            lr=lr, warmup_steps=s.warmup_steps if warmup == WARMUP else 0, seed=seed, clip_grad_norm=None)
-        loss, accuracy = _evaluate(model, seed, s)
-        rows.append({"placement": placement, "warm-up": warmup, "lr": lr, "seed": seed, "loss": loss,
-                     "accuracy": accuracy})
-    curves = pd.DataFrame(curves, index=pd.RangeIndex(1, s.steps + 1, name="step"))
+            single = init_xavier_(SortingEncoder(s.vocab_size, s.num_layers, s.d_model, s.num_heads, s.d_ff,
+                                                 PLACEMENTS[placement], max_len=s.seq_len))
+        model = StackedSortingEncoders([single] * len(members)).to(device)
+        generator = torch.Generator().manual_seed(seed)  # the batches fit(seed=seed) would draw
+
+        def make_batch() -> tuple[torch.Tensor, torch.Tensor]:
+            tokens, targets = sorting_batch(generator, s.batch_size, s.seq_len, s.vocab_size)  # (B, T) each
+            expand = (len(members), -1, -1)
+            return tokens.expand(*expand).to(device), targets.expand(*expand).to(device)  # (E, B, T) each
+
+        losses = fit_stacked(model, make_batch, s.steps, [lr for _, lr in members],
+                             [s.warmup_steps if warmup == WARMUP else 0 for warmup, _ in members])  # (steps, E)
+        tokens, targets = _held_out_batch(seed, s)
+        with torch.no_grad():
+            logits = model(tokens.expand(len(members), -1, -1).to(device)).cpu()  # (E, B, T, V)
+        held_out = stacked_sorting_loss(logits, targets.expand(len(members), -1, -1))  # (E,)
+        accuracy = (logits.argmax(dim=-1) == targets).float().flatten(1).mean(dim=1)  # (E,)
+        for index, (warmup, lr) in enumerate(members):
+            curves[(placement, warmup, lr, seed)] = losses[:, index].tolist()
+            rows.append({"placement": placement, "warm-up": warmup, "lr": lr, "seed": seed,
+                         "loss": float(held_out[index]), "accuracy": float(accuracy[index])})
+    order = [(placement, warmup, lr, seed) for placement, warmup in CONDITIONS for lr in s.lrs for seed in seeds]
+    curves = pd.DataFrame({key: curves[key] for key in order}, index=pd.RangeIndex(1, s.steps + 1, name="step"))
     curves.columns.names = ["placement", "warm-up", "lr", "seed"]
-    return PlacementSweep(curves, pd.DataFrame(rows), s)
+    finals = pd.DataFrame(rows).set_index(["placement", "warm-up", "lr", "seed"]).loc[order].reset_index()
+    return PlacementSweep(curves, finals, s)
 
 
 def _check_finals(finals: object) -> pd.DataFrame:
@@ -522,9 +536,9 @@ def gradient_profile_claims(profile: pd.DataFrame, top: int = 6) -> list[Claim]:
         Claim("last layer: median over seeds of Post-LN / Pre-LN gradient norm",
               float((post.iloc[-1] / pre.iloc[-1]).median()), ">", 2.0),
         Claim(f"Post-LN: median over seeds of (last {top} / first {top} layers) gradient norm",
-              float(growth(post).median()), ">", 1.0),
+              float(growth(post).median()), ">", 1.2),
         Claim(f"Pre-LN: median over seeds of (last {top} / first {top} layers) gradient norm",
-              float(growth(pre).median()), "<", 1.0),
+              float(growth(pre).median()), "<", 0.8),
     ]
 
 
@@ -553,13 +567,13 @@ def sweep_claims(finals: pd.DataFrame, settings: SweepSettings = CHAPTER_SWEEP) 
         Claim(f"Post-LN, no warm-up, lr {high:g}: median loss above the position-only baseline (nats)",
               -below_baseline("Post-LN", NO_WARMUP), ">", 0.2),
         Claim(f"Post-LN, warm-up, lr {high:g}: median loss below the position-only baseline (nats)",
-              below_baseline("Post-LN", WARMUP), ">", 0.1),
+              below_baseline("Post-LN", WARMUP), ">", 0.05),
         Claim(f"Pre-LN, no warm-up, lr {high:g}: median loss below the position-only baseline (nats)",
-              below_baseline("Pre-LN", NO_WARMUP), ">", 0.1),
+              below_baseline("Pre-LN", NO_WARMUP), ">", 0.2),
         Claim(f"Pre-LN, lr {high:g}: median loss without warm-up minus with (nats)",
-              float(loss[("Pre-LN", NO_WARMUP, high)] - loss[("Pre-LN", WARMUP, high)]), ">", 0.0),
+              float(loss[("Pre-LN", NO_WARMUP, high)] - loss[("Pre-LN", WARMUP, high)]), ">", 0.05),
         Claim(f"lr {low:g}: smallest over placements of median loss with warm-up minus without (nats)",
-              warmup_cost, ">", 0.0),
+              warmup_cost, ">", 0.05),
         Claim("best median loss over the sweep: Post-LN minus Pre-LN (nats)",
-              float(best["Post-LN"] - best["Pre-LN"]), ">", 0.0),
+              float(best["Post-LN"] - best["Pre-LN"]), ">", 0.05),
     ]
