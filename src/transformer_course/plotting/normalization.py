@@ -195,7 +195,7 @@ def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, 
         ax.set_xlabel("training step")
         ax.set_ylim(0, top)
     axes[0].set_ylabel(f"cross-entropy (running mean of {window})")
-    axes[0].legend(frameon=False, loc="lower left", title="one line per seed", title_fontsize=9, fontsize=9)
+    axes[0].legend(frameon=False, loc="lower right", title="one line per seed", title_fontsize=9, fontsize=9)
     return figure
 
 
