@@ -257,15 +257,15 @@ def plot_lr_sweep(finals: pd.DataFrame, baseline: tuple[float, float], chance: t
         ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
         ax.minorticks_off()
         ax.set_xlabel("peak learning rate (Adam)")
-    axes[0].text(lrs[0], chance[0] + 0.03, f"uniform guess: ln V = {chance[0]:.2f}", fontsize=9, va="bottom")
-    axes[0].text(lrs[0], baseline[0] + 0.03, f"positions only: {baseline[0]:.3f}", fontsize=9, va="bottom",
+    axes[0].text(lrs[0], chance[0] + 0.03, f"uniform guess: ln V = {chance[0]:.2f}", fontsize=10, va="bottom")
+    axes[0].text(lrs[0], baseline[0] + 0.03, f"positions only: {baseline[0]:.3f}", fontsize=10, va="bottom",
                  color="dimgrey")
-    axes[1].text(lrs[0], chance[1] * 100 + 1, f"uniform guess: {chance[1]:.1%}", fontsize=9, va="bottom")
-    axes[1].text(lrs[0], baseline[1] * 100 + 1, f"positions only: {baseline[1]:.1%}", fontsize=9, va="bottom",
+    axes[1].text(lrs[0], chance[1] * 100 + 1, f"uniform guess: {chance[1]:.1%}", fontsize=10, va="bottom")
+    axes[1].text(lrs[0], baseline[1] * 100 + 1, f"positions only: {baseline[1]:.1%}", fontsize=10, va="bottom",
                  color="dimgrey")
     axes[0].set_ylabel("held-out cross-entropy (nats)")
     axes[1].set_ylabel("held-out accuracy on the sorted tokens (%)")
     axes[0].set_ylim(0, max(chance[0] + 0.35, float(finals["loss"].max()) + 0.1))
     axes[1].set_ylim(0, 100)
-    axes[0].legend(frameon=False, fontsize=9, loc="lower left")
+    axes[0].legend(frameon=False, fontsize=10, loc="lower left")
     return figure
