@@ -15,13 +15,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
 
 from transformer_course._exhibit import exhibit
-from transformer_course._validation import check_int
-from .gradient_flow import PLACEMENTS, SortingEncoder, sorting_loss, init_xavier_, sorting_batch
+from transformer_course._validation import (check_bool, check_choice, check_instance, check_int,
+                                            check_positive_float)
+from transformer_course.measure.timing import threads
+from transformer_course.nn.model import Encoder
+from .gradient_flow import PLACEMENTS, SortingEncoder, init_xavier_, layer_gradient_norms, sorting_batch, sorting_loss
+from .claims import Claim
+from .stacked import StackedSortingEncoders, fit_stacked, stacked_sorting_loss
 from .training import fit, seeded
 
 NO_WARMUP, WARMUP = "no warm-up", "warm-up"
@@ -118,3 +127,453 @@ def final_losses(runs: pd.DataFrame, last: int = 10) -> pd.DataFrame:
     if last > len(runs):
         raise ValueError(f"last must be <= the number of steps {len(runs)}, got {last}")
     return runs.iloc[-last:].mean().unstack("seed")  # (conditions, seeds)
+
+
+# --- The redesigned experiment: final loss and accuracy against the learning rate -----------------
+
+
+def position_only_baseline(vocab_size: int, seq_len: int) -> tuple[float, float]:
+    """Best loss and accuracy on the sorting task of a model that ignores its input and sees only positions.
+
+    The target at position i is the i-th smallest of ``seq_len`` tokens drawn uniformly from
+    ``vocab_size``: its distribution is that of an order statistic,
+    P(X_(i) <= k) = sum_{j >= i} C(n, j) p^j (1 - p)^(n - j) with p = (k + 1) / V. A model that
+    cannot read the tokens does best by predicting exactly that distribution at each position; its
+    cross-entropy is the distribution's entropy and its accuracy the probability of the mode, both
+    averaged over the positions. Below ln V and above 1/V: the positions alone carry information.
+
+    Args:
+        vocab_size: number of token ids V (>= 2).
+        seq_len: number of tokens n per sequence (>= 1).
+
+    Returns:
+        (loss in nats, accuracy), both exact up to float64 rounding.
+
+    Raises:
+        TypeError, ValueError: if ``vocab_size`` is not an int >= 2 or ``seq_len`` not an int >= 1.
+    """
+    v = check_int("vocab_size", vocab_size, minimum=2)
+    n = check_int("seq_len", seq_len, minimum=1)
+    loss = accuracy = 0.0
+    for i in range(1, n + 1):
+        cdf = [sum(math.comb(n, j) * ((k + 1) / v) ** j * (1 - (k + 1) / v) ** (n - j) for j in range(i, n + 1))
+               for k in range(v)]
+        pmf = [cdf[0]] + [cdf[k] - cdf[k - 1] for k in range(1, v)]
+        loss -= sum(p * math.log(p) for p in pmf if p > 0)
+        accuracy += max(pmf)
+    return loss / n, accuracy / n
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """The placement x warm-up x learning-rate experiment: task, model, schedule and grid.
+
+    Shared by the chapter and its calibration (``CHAPTER_SWEEP``), so both run the same experiment.
+    """
+
+    lrs: tuple[float, ...] = (3e-3, 1e-2, 3e-2)
+    steps: int = 50
+    warmup_steps: int = 15
+    num_layers: int = 2
+    d_model: int = 32
+    num_heads: int = 2
+    d_ff: int = 64
+    vocab_size: int = 16
+    seq_len: int = 10
+    batch_size: int = 32
+    eval_size: int = 512
+    high_lr: float = 3e-2  # where the chapter compares the conditions; must be one of ``lrs``
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.lrs, tuple) or not self.lrs:
+            raise ValueError(f"lrs must be a non-empty tuple of learning rates, got {self.lrs!r}")
+        object.__setattr__(self, "lrs", tuple(check_positive_float("lrs", lr) for lr in self.lrs))
+        if list(self.lrs) != sorted(set(self.lrs)):
+            raise ValueError(f"lrs must be increasing and distinct, got {self.lrs}")
+        for name in ("steps", "warmup_steps", "num_layers", "d_model", "num_heads", "d_ff", "seq_len",
+                     "batch_size", "eval_size"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("vocab_size", self.vocab_size, minimum=2)
+        if self.high_lr not in self.lrs:
+            raise ValueError(f"high_lr must be one of lrs {self.lrs}, got {self.high_lr!r}")
+        if self.warmup_steps > self.steps:
+            raise ValueError(f"warmup_steps must be <= steps ({self.steps}), got {self.warmup_steps}")
+
+
+CHAPTER_SWEEP = SweepSettings()
+ENSEMBLE_SIZE = 8  # seeds per ensemble in the chapter (SEED .. SEED + 7) and its calibration
+GRADIENT_DEPTH = 24  # layers of the stacks whose gradients the chapter measures at initialization
+CONDITIONS = tuple((placement, warmup) for placement in PLACEMENTS for warmup in (NO_WARMUP, WARMUP))
+
+
+@dataclass(frozen=True)
+class PlacementSweep:
+    """What ``placement_lr_sweep`` measured.
+
+    Attributes:
+        curves: training loss at every step (index 1..steps), columns (placement, warm-up, lr, seed).
+        finals: one row per run, columns placement, warm-up, lr, seed, loss, accuracy: the
+            cross-entropy and the per-token accuracy on the sorted tokens of a held-out batch,
+            measured after the last step.
+        settings: the ``SweepSettings`` that produced them.
+    """
+
+    curves: pd.DataFrame
+    finals: pd.DataFrame
+    settings: SweepSettings
+
+
+def _held_out_batch(seed: int, settings: SweepSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """The held-out batch of ``seed``: (B, T) tokens and targets, from a generator no training stream uses."""
+    generator = torch.Generator().manual_seed(2**40 + seed)
+    return sorting_batch(generator, settings.eval_size, settings.seq_len, settings.vocab_size)
+
+
+def placement_lr_sweep(seeds: Iterable[int], settings: SweepSettings = CHAPTER_SWEEP, progress: bool = False,
+                       device: torch.device | str = "cpu") -> PlacementSweep:
+    """Train a ``SortingEncoder`` once per (placement, warm-up, learning rate, seed).
+
+    Every run uses Xavier initialization, Adam at peak learning rate ``lr`` and no gradient
+    clipping, as ``training.fit``; "warm-up" ramps the learning rate linearly over the first
+    ``settings.warmup_steps`` steps, "no warm-up" starts at ``lr``. The runs of one seed share
+    their initial weights (per placement), their training batches and their held-out batch, so
+    the four conditions and the learning rates are compared on the same draws. The runs of one
+    (placement, seed) are trained side by side as one ``stacked.StackedSortingEncoders`` (the
+    same runs as ``fit`` would make, one after another, at a fraction of the time).
+
+    Args:
+        seeds: the ensemble; each seed seeds the weights, the training batches and the held-out batch.
+        settings: task, model, schedule and learning-rate grid (``CHAPTER_SWEEP`` in the chapter).
+        progress: one tqdm bar over the (placement, seed) pairs.
+        device: where to train (weights are drawn on the CPU, then moved).
+
+    Returns:
+        A ``PlacementSweep`` (curves, finals, settings).
+
+    Raises:
+        TypeError, ValueError: if ``seeds`` is empty or holds a non-int or negative seed, or
+            ``settings`` is not a ``SweepSettings``.
+
+    Xiong et al., 2020, "On Layer Normalization in the Transformer Architecture", section 4.
+    """
+    seeds = [check_int("seeds", seed, minimum=0) for seed in seeds]
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed, got none")
+    check_instance("settings", settings, SweepSettings, "SweepSettings")
+    s = settings
+    members = [(warmup, lr) for warmup in (NO_WARMUP, WARMUP) for lr in s.lrs]  # the runs of one (placement, seed)
+    curves, rows = {}, []
+    pairs = [(placement, seed) for placement in PLACEMENTS for seed in seeds]
+    for placement, seed in tqdm(pairs, disable=not progress, desc="runs", leave=False):
+        with seeded(seed):
+            single = init_xavier_(SortingEncoder(s.vocab_size, s.num_layers, s.d_model, s.num_heads, s.d_ff,
+                                                 PLACEMENTS[placement], max_len=s.seq_len))
+        model = StackedSortingEncoders([single] * len(members)).to(device)
+        generator = torch.Generator().manual_seed(seed)  # the batches fit(seed=seed) would draw
+
+        def make_batch() -> tuple[torch.Tensor, torch.Tensor]:
+            tokens, targets = sorting_batch(generator, s.batch_size, s.seq_len, s.vocab_size)  # (B, T) each
+            expand = (len(members), -1, -1)
+            return tokens.expand(*expand).to(device), targets.expand(*expand).to(device)  # (E, B, T) each
+
+        losses = fit_stacked(model, make_batch, s.steps, [lr for _, lr in members],
+                             [s.warmup_steps if warmup == WARMUP else 0 for warmup, _ in members])  # (steps, E)
+        tokens, targets = _held_out_batch(seed, s)
+        with torch.no_grad():
+            logits = model(tokens.expand(len(members), -1, -1).to(device)).cpu()  # (E, B, T, V)
+        held_out = stacked_sorting_loss(logits, targets.expand(len(members), -1, -1))  # (E,)
+        accuracy = (logits.argmax(dim=-1) == targets).float().flatten(1).mean(dim=1)  # (E,)
+        for index, (warmup, lr) in enumerate(members):
+            curves[(placement, warmup, lr, seed)] = losses[:, index].tolist()
+            rows.append({"placement": placement, "warm-up": warmup, "lr": lr, "seed": seed,
+                         "loss": float(held_out[index]), "accuracy": float(accuracy[index])})
+    order = [(placement, warmup, lr, seed) for placement, warmup in CONDITIONS for lr in s.lrs for seed in seeds]
+    curves = pd.DataFrame({key: curves[key] for key in order}, index=pd.RangeIndex(1, s.steps + 1, name="step"))
+    curves.columns.names = ["placement", "warm-up", "lr", "seed"]
+    finals = pd.DataFrame(rows).set_index(["placement", "warm-up", "lr", "seed"]).loc[order].reset_index()
+    return PlacementSweep(curves, finals, s)
+
+
+def _check_finals(finals: object) -> pd.DataFrame:
+    if not isinstance(finals, pd.DataFrame):
+        raise TypeError(f"finals must be a pandas DataFrame, got {type(finals).__name__}")
+    missing = {"placement", "warm-up", "lr", "seed", "loss", "accuracy"} - set(finals.columns)
+    if missing or finals.empty:
+        raise ValueError(f"finals must be the non-empty finals table of placement_lr_sweep, missing {sorted(missing)}")
+    return finals
+
+
+@exhibit
+def sweep_table(finals: pd.DataFrame, metric: str = "loss") -> pd.DataFrame:
+    """Median [min, max] of ``metric`` over the seeds, one row per condition, one column per learning rate.
+
+    Args:
+        finals: ``PlacementSweep.finals``.
+        metric: "loss" or "accuracy".
+
+    Returns:
+        A DataFrame of strings "median [min, max]" (loss to 2 decimals, accuracy in whole percent),
+        indexed by (placement, warm-up), columns the learning rates.
+
+    Raises:
+        TypeError, ValueError: on a malformed ``finals`` or an unknown ``metric``.
+    """
+    finals = _check_finals(finals)
+    check_choice("metric", metric, ("loss", "accuracy"))
+    form = "{:.2f}".format if metric == "loss" else (lambda value: f"{100 * value:.0f}%")
+    grouped = finals.groupby(["placement", "warm-up", "lr"])[metric]
+    cells = pd.Series([f"{form(median)} [{form(low)}, {form(high)}]" for median, low, high
+                       in zip(grouped.median(), grouped.min(), grouped.max())], index=grouped.median().index)
+    table = cells.unstack("lr")
+    table.columns = [f"lr {lr:g}" for lr in table.columns]
+    return table
+
+
+def best_learning_rates(finals: pd.DataFrame) -> pd.DataFrame:
+    """Per condition, the learning rate with the lowest median final loss, that loss and its accuracy.
+
+    Args:
+        finals: ``PlacementSweep.finals``.
+
+    Returns:
+        A DataFrame indexed by (placement, warm-up) with columns "best lr", "median loss" and
+        "median accuracy" (at the best learning rate).
+
+    Raises:
+        TypeError, ValueError: on a malformed ``finals``.
+    """
+    medians = _check_finals(finals).groupby(["placement", "warm-up", "lr"])[["loss", "accuracy"]].median()
+    best = medians["loss"].groupby(level=["placement", "warm-up"]).idxmin()
+    return pd.DataFrame({"best lr": [index[2] for index in best],
+                         "median loss": [medians.loc[index, "loss"] for index in best],
+                         "median accuracy": [medians.loc[index, "accuracy"] for index in best]},
+                        index=best.index)
+
+
+# --- Adam's first step: equal-sized updates, unequal effects (Liu et al., 2020) --------------------
+
+
+def first_adam_step(num_layers: int = 24, norm_first: bool = False, lr: float = 7e-3, seed: int = 0,
+                    d_model: int = 64, num_heads: int = 4, d_ff: int = 256, batch_size: int = 8, seq_len: int = 16,
+                    num_classes: int = 10, parameter: str = "feed_forward.linear2.weight") -> pd.DataFrame:
+    """Gradient norm, first Adam update and the output change it causes, for every layer of a fresh stack.
+
+    The stack and its loss are those of ``gradient_flow.layer_gradient_norms`` (Xavier init,
+    standard-normal token vectors, a linear head, cross-entropy against random labels). One Adam
+    step (betas (0.9, 0.98), eps 1e-9, as ``training.fit``) updates every parameter. Adam's first
+    update of an entry is lr * m / (sqrt(v) + eps) with m = g and v = g^2 after bias correction,
+    that is lr * sign(g): its size does not depend on the size of the gradient, only on how many
+    entries have a non-zero gradient. What differs between placements is how much the same-sized
+    update moves the output, which Liu et al. (2020) trace to Post-LN's heavy dependence on its
+    residual branches.
+
+    Args:
+        num_layers, d_model, num_heads, d_ff: sizes of the ``Encoder``.
+        norm_first: False for Post-LN, True for Pre-LN.
+        lr: Adam's learning rate.
+        seed: seeds the weights and the data.
+        batch_size, seq_len, num_classes: shape of the random classification batch.
+        parameter: which parameter of each layer the per-layer columns describe (default: the
+            FFN's output matrix W^2).
+
+    Returns:
+        A DataFrame indexed by layer (1..L) with columns "gradient norm" and "update norm" (of
+        ``parameter``), and "output change": ||f(x; W_1) - f(x; W_0)|| / ||f(x; W_0)|| of the
+        stack's output on the same batch after the one step, the same for every row.
+
+    Raises:
+        TypeError, ValueError: as ``layer_gradient_norms``, or if ``lr`` is not positive.
+
+    Liu et al., 2020, "Understanding the Difficulty of Training Transformers", sections 3-4.
+    """
+    for name, value in (("num_layers", num_layers), ("batch_size", batch_size), ("seq_len", seq_len),
+                        ("num_classes", num_classes)):
+        check_int(name, value, minimum=1)
+    check_int("seed", seed, minimum=0)
+    check_bool("norm_first", norm_first)
+    lr = check_positive_float("lr", lr)
+    with seeded(seed):
+        encoder = init_xavier_(Encoder(num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=norm_first))
+        head = init_xavier_(nn.Linear(d_model, num_classes))
+    names = dict(encoder.layers[0].named_parameters())
+    if parameter not in names:
+        raise ValueError(f"parameter must name a parameter of one layer, e.g. {sorted(names)[:3]}, got {parameter!r}")
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch_size, seq_len, d_model, generator=generator)  # (B, T, D)
+    labels = torch.randint(0, num_classes, (batch_size, seq_len), generator=generator)  # (B, T)
+    before = [dict(layer.named_parameters())[parameter].detach().clone() for layer in encoder.layers]
+    optimizer = torch.optim.Adam([*encoder.parameters(), *head.parameters()], lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    with threads(1):
+        output = encoder(x)  # (B, T, D)
+        F.cross_entropy(head(output).flatten(0, 1), labels.flatten()).backward()
+        gradients = [float(dict(layer.named_parameters())[parameter].grad.norm()) for layer in encoder.layers]
+        optimizer.step()
+        with torch.no_grad():
+            change = float((encoder(x) - output).norm() / output.norm())
+    updates = [float((dict(layer.named_parameters())[parameter].detach() - old).norm())
+               for layer, old in zip(encoder.layers, before)]
+    return pd.DataFrame({"gradient norm": gradients, "update norm": updates, "output change": change},
+                        index=pd.RangeIndex(1, num_layers + 1, name="layer"))
+
+
+@exhibit
+def gradient_norm_ensemble(num_layers: int, seeds: Iterable[int], **kwargs) -> pd.DataFrame:
+    """Per-layer gradient norms at initialization for Post-LN and Pre-LN, one column per seed.
+
+    ``gradient_flow.gradient_norm_profile`` gives the mean over seeds; this keeps every seed, so
+    a chapter can show the spread and state its conclusions about the ensemble.
+
+    Args:
+        num_layers: depth L of both stacks.
+        seeds: one stack per seed and placement.
+        **kwargs: passed on to ``gradient_flow.layer_gradient_norms`` (sizes, ``init``, ``parameter``).
+
+    Returns:
+        A DataFrame indexed by layer (1..L) with columns (placement, seed).
+
+    Raises:
+        ValueError: if ``seeds`` is empty (and whatever ``layer_gradient_norms`` raises).
+    """
+    seeds = [check_int("seeds", seed, minimum=0) for seed in seeds]
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed, got none")
+    columns = {(label, seed): layer_gradient_norms(num_layers, norm_first, seed=seed, **kwargs).numpy()
+               for label, norm_first in PLACEMENTS.items() for seed in seeds}
+    table = pd.DataFrame(columns, index=pd.RangeIndex(1, num_layers + 1, name="layer"))
+    table.columns.names = ["placement", "seed"]
+    return table
+
+
+FIRST_STEP_LR = 1e-5  # small enough that one step stays in the linear regime of both placements
+FIRST_STEP_DEPTHS = (6, 24)
+
+
+@exhibit
+def first_step_ensemble(seeds: Iterable[int], depths: Iterable[int] = FIRST_STEP_DEPTHS,
+                        lr: float = FIRST_STEP_LR) -> pd.DataFrame:
+    """``first_adam_step`` for every depth, placement and seed, one row each, layers summarized.
+
+    Args:
+        seeds: the ensemble.
+        depths: numbers of layers L of the stacks.
+        lr: Adam's learning rate of the one step.
+
+    Returns:
+        A DataFrame with columns depth, placement, seed, "gradient norm" (mean over the layers of
+        the FFN output matrix's), "update norm / lr" (mean over the layers) and "output change".
+
+    Raises:
+        TypeError, ValueError: if ``seeds`` or ``depths`` is empty or holds a non-int, or as
+            ``first_adam_step``.
+    """
+    seeds = [check_int("seeds", seed, minimum=0) for seed in seeds]
+    depths = [check_int("depths", depth, minimum=1) for depth in depths]
+    if not seeds or not depths:
+        raise ValueError(f"seeds and depths must each hold at least one value, got {seeds} and {depths}")
+    rows = []
+    for depth in depths:
+        for placement, norm_first in PLACEMENTS.items():
+            for seed in seeds:
+                step = first_adam_step(depth, norm_first, lr=lr, seed=seed)
+                rows.append({"depth": depth, "placement": placement, "seed": seed,
+                             "gradient norm": float(step["gradient norm"].mean()),
+                             "update norm / lr": float(step["update norm"].mean() / lr),
+                             "output change": float(step["output change"].iloc[0])})
+    return pd.DataFrame(rows)
+
+
+def first_step_claims(ensemble: pd.DataFrame) -> list[Claim]:
+    """The conclusions the chapter draws from ``first_step_ensemble``: equal updates, unequal effects.
+
+    Args:
+        ensemble: from ``first_step_ensemble`` (with the depths 6 and 24).
+
+    Returns:
+        Claims on the medians over the seeds: Adam's updates are about the same size in both
+        placements while their gradients are not; the same-sized first step moves a 24-layer
+        Post-LN stack's output several times more than a Pre-LN one's, and that ratio grows with
+        depth.
+    """
+    check_instance("ensemble", ensemble, pd.DataFrame, "pandas DataFrame")
+    by = ensemble.set_index(["depth", "placement", "seed"]).sort_index()
+
+    def ratio(depth: int, column: str) -> float:
+        return float((by.loc[(depth, "Post-LN"), column] / by.loc[(depth, "Pre-LN"), column]).median())
+
+    deep, shallow = max(ensemble["depth"]), min(ensemble["depth"])
+    return [
+        Claim(f"{deep} layers: median Post-LN / Pre-LN mean gradient norm", ratio(deep, "gradient norm"), ">", 1.2),
+        Claim(f"{deep} layers: median Post-LN / Pre-LN mean first-update norm", ratio(deep, "update norm / lr"),
+              "<", 1.25),
+        Claim(f"{deep} layers: median Post-LN / Pre-LN first-update norm (lower side)",
+              ratio(deep, "update norm / lr"), ">", 0.8),
+        Claim(f"{deep} layers: median Post-LN / Pre-LN output change after the first step",
+              ratio(deep, "output change"), ">", 2.0),
+        Claim(f"output-change ratio, {deep} layers minus {shallow} layers (medians)",
+              ratio(deep, "output change") - ratio(shallow, "output change"), ">", 0.3),
+    ]
+
+
+def gradient_profile_claims(profile: pd.DataFrame, top: int = 6) -> list[Claim]:
+    """The conclusions drawn from a Xavier-initialized ``gradient_norm_ensemble``, as claims on medians over seeds.
+
+    Args:
+        profile: from ``gradient_norm_ensemble`` (columns (placement, seed)).
+        top: how many layers at each end of the stack are compared.
+
+    Returns:
+        Claims: at the last layer Post-LN's gradient is larger than Pre-LN's; Post-LN's gradients
+        grow from the first ``top`` layers to the last ``top``, Pre-LN's shrink.
+    """
+    check_instance("profile", profile, pd.DataFrame, "pandas DataFrame")
+    top = check_int("top", top, minimum=1)
+    post, pre = profile["Post-LN"], profile["Pre-LN"]
+
+    def growth(table: pd.DataFrame) -> pd.Series:  # per seed: mean of the last `top` layers / first `top`
+        return table.iloc[-top:].mean() / table.iloc[:top].mean()
+
+    return [
+        Claim("last layer: median over seeds of Post-LN / Pre-LN gradient norm",
+              float((post.iloc[-1] / pre.iloc[-1]).median()), ">", 2.0),
+        Claim(f"Post-LN: median over seeds of (last {top} / first {top} layers) gradient norm",
+              float(growth(post).median()), ">", 1.2),
+        Claim(f"Pre-LN: median over seeds of (last {top} / first {top} layers) gradient norm",
+              float(growth(pre).median()), "<", 0.8),
+    ]
+
+
+def sweep_claims(finals: pd.DataFrame, settings: SweepSettings = CHAPTER_SWEEP) -> list[Claim]:
+    """The conclusions the chapter draws from ``placement_lr_sweep``, each a statistic over the seeds.
+
+    Args:
+        finals: ``PlacementSweep.finals`` of a run with ``settings``.
+        settings: the sweep's settings; its learning rates must include ``settings.high_lr``.
+
+    Returns:
+        Claims on medians over the seeds, relative to the position-only baseline where it matters.
+    """
+    finals = _check_finals(finals)
+    baseline = position_only_baseline(settings.vocab_size, settings.seq_len)[0]
+    medians = finals.groupby(["placement", "warm-up", "lr"])[["loss", "accuracy"]].median()
+    loss = medians["loss"]
+    high, low = settings.high_lr, settings.lrs[0]
+
+    def below_baseline(placement: str, warmup: str) -> float:
+        return float(baseline - loss[(placement, warmup, high)])
+
+    best = loss.groupby(level="placement").min()  # over schedules and learning rates
+    warmup_cost = min(float(loss[(p, WARMUP, low)] - loss[(p, NO_WARMUP, low)]) for p in PLACEMENTS)
+    return [
+        Claim(f"Post-LN, no warm-up, lr {high:g}: median loss above the position-only baseline (nats)",
+              -below_baseline("Post-LN", NO_WARMUP), ">", 0.2),
+        Claim(f"Post-LN, warm-up, lr {high:g}: median loss below the position-only baseline (nats)",
+              below_baseline("Post-LN", WARMUP), ">", 0.05),
+        Claim(f"Pre-LN, no warm-up, lr {high:g}: median loss below the position-only baseline (nats)",
+              below_baseline("Pre-LN", NO_WARMUP), ">", 0.2),
+        Claim(f"Pre-LN, lr {high:g}: median loss without warm-up minus with (nats)",
+              float(loss[("Pre-LN", NO_WARMUP, high)] - loss[("Pre-LN", WARMUP, high)]), ">", 0.05),
+        Claim(f"lr {low:g}: smallest over placements of median loss with warm-up minus without (nats)",
+              warmup_cost, ">", 0.05),
+        Claim("best median loss over the sweep: Post-LN minus Pre-LN (nats)",
+              float(best["Post-LN"] - best["Pre-LN"]), ">", 0.05),
+    ]

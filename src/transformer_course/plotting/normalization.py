@@ -97,7 +97,9 @@ def plot_gradient_flow(profiles: Mapping[str, pd.DataFrame]) -> Figure:
 
     Args:
         profiles: panel title -> a table from ``gradient_flow.gradient_norm_profile`` (index
-            layer, columns "Post-LN" and "Pre-LN"), e.g. one per initialization.
+            layer, columns "Post-LN" and "Pre-LN"), e.g. one per initialization; or from
+            ``placement_warmup.gradient_norm_ensemble`` (columns (placement, seed)), drawn as the
+            median over the seeds with a band from the smallest to the largest.
 
     Returns:
         A figure with one panel per entry, sharing the y axis.
@@ -113,13 +115,19 @@ def plot_gradient_flow(profiles: Mapping[str, pd.DataFrame]) -> Figure:
     for title, table in profiles.items():
         if not isinstance(table, pd.DataFrame):
             raise TypeError(f"profiles[{title!r}] must be a pandas DataFrame, got {type(table).__name__}")
-        if not {"Post-LN", "Pre-LN"} <= set(table.columns):
+        if not {"Post-LN", "Pre-LN"} <= set(table.columns.get_level_values(0)):
             raise ValueError(f"profiles[{title!r}] must have columns 'Post-LN' and 'Pre-LN', got {list(table.columns)}")
     figure = new_figure(5.0 * len(profiles), 3.8)
     axes = np.atleast_1d(figure.subplots(1, len(profiles), sharey=True))
     for ax, (title, table) in zip(axes, profiles.items()):
         for label, colour, marker in (("Post-LN", _POST, "o"), ("Pre-LN", _PRE, "s")):
-            ax.plot(table.index, table[label], marker=marker, markersize=4, color=colour, label=label)
+            values = table[label]
+            if isinstance(values, pd.DataFrame):  # one column per seed: median line, min-max band
+                ax.fill_between(table.index, values.min(axis=1), values.max(axis=1), color=colour, alpha=0.2,
+                                linewidth=0)
+                values = values.median(axis=1)
+                label = f"{label} (median, range of {table[label].shape[1]} seeds)"
+            ax.plot(table.index, values, marker=marker, markersize=4, color=colour, label=label)
         ax.set_xlabel("layer (1 = next to the input)")
         ax.set_title(title)
         ax.set_ylim(bottom=0)
@@ -129,7 +137,8 @@ def plot_gradient_flow(profiles: Mapping[str, pd.DataFrame]) -> Figure:
 
 
 @exhibit
-def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, window: int = 10) -> Figure:
+def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, window: int = 10,
+                          baseline: float | None = None) -> Figure:
     """Training loss of every run of the placement x warm-up experiment, one panel per placement.
 
     Each panel draws one line per seed and warm-up setting (running mean of ``window`` steps),
@@ -140,6 +149,8 @@ def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, 
         chance: the loss of a uniform guess, ln V (``placement_warmup.chance_loss``).
         warmup_steps: length of the warm-up of the "warm-up" runs, marked on the step axis.
         window: length of the running mean (1 = raw losses).
+        baseline: if given, the loss of the best model that reads only positions
+            (``placement_warmup.position_only_baseline``), drawn as a dash-dotted line.
 
     Returns:
         A figure with a "Post-LN" and a "Pre-LN" panel sharing the y axis.
@@ -158,6 +169,8 @@ def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, 
     for name, value in (("warmup_steps", warmup_steps), ("window", window)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if baseline is not None and (not isinstance(baseline, (int, float)) or not 0 < baseline < chance):
+        raise ValueError(f"baseline must be a number between 0 and chance ({chance}), got {baseline!r}")
     smooth = runs.rolling(window, min_periods=1).mean()
     colours = {"no warm-up": _POST, "warm-up": _PRE}
     placements = list(dict.fromkeys(runs.columns.get_level_values("placement")))
@@ -172,11 +185,87 @@ def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, 
                     if first_seed else None)
         ax.axhline(chance, color="black", linestyle="--", linewidth=1.0)
         ax.text(runs.index[-1], chance + 0.05, f"chance: {chance:.2f}", ha="right", va="bottom", fontsize=9)
+        if baseline is not None:
+            ax.axhline(baseline, color="dimgrey", linestyle="-.", linewidth=1.0)
+            ax.text(runs.index[-1], baseline + 0.05, f"positions only: {baseline:.3f}", ha="right", va="bottom",
+                    fontsize=9, color="dimgrey")
         ax.axvline(warmup_steps, color="grey", linestyle=":", linewidth=1.0)
         ax.text(warmup_steps + 1, 0.15, "end of\nwarm-up", fontsize=9, color="dimgrey", va="bottom")
         ax.set_title(placement)
         ax.set_xlabel("training step")
         ax.set_ylim(0, top)
     axes[0].set_ylabel(f"cross-entropy (running mean of {window})")
-    axes[0].legend(frameon=False, loc="lower left", title="one line per seed", title_fontsize=9, fontsize=9)
+    axes[0].legend(frameon=False, loc="lower right", title="one line per seed", title_fontsize=9, fontsize=9)
+    return figure
+
+
+_CONDITION_STYLE = {("Post-LN", "no warm-up"): (_POST, "--", "o"), ("Post-LN", "warm-up"): (_POST, "-", "s"),
+                    ("Pre-LN", "no warm-up"): (_PRE, "--", "^"), ("Pre-LN", "warm-up"): (_PRE, "-", "D")}
+
+
+@exhibit
+def plot_lr_sweep(finals: pd.DataFrame, baseline: tuple[float, float], chance: tuple[float, float]) -> Figure:
+    """Final loss and accuracy against the learning rate for the four placement x warm-up conditions.
+
+    Every seed is a point (spread a little sideways so they do not hide each other); the line joins
+    the medians over the seeds. Horizontal lines mark the uniform guess (chance) and the best model
+    that ignores its input and uses only positions (``placement_warmup.position_only_baseline``).
+
+    Args:
+        finals: ``placement_warmup.PlacementSweep.finals`` (columns placement, warm-up, lr, seed,
+            loss, accuracy).
+        baseline: (loss, accuracy) of the position-only model.
+        chance: (loss, accuracy) of a uniform guess, (ln V, 1 / V).
+
+    Returns:
+        A figure with a loss panel and an accuracy panel, learning rate on a log axis.
+
+    Raises:
+        TypeError: if ``finals`` is not a DataFrame.
+        ValueError: if ``finals`` lacks a column, or ``baseline`` / ``chance`` is not a pair of
+            positive numbers.
+    """
+    if not isinstance(finals, pd.DataFrame):
+        raise TypeError(f"finals must be a pandas DataFrame, got {type(finals).__name__}")
+    missing = {"placement", "warm-up", "lr", "seed", "loss", "accuracy"} - set(finals.columns)
+    if missing or finals.empty:
+        raise ValueError(f"finals must be a non-empty table with columns placement, warm-up, lr, seed, loss, "
+                         f"accuracy; missing {sorted(missing)}")
+    for name, pair in (("baseline", baseline), ("chance", chance)):
+        if (not isinstance(pair, tuple) or len(pair) != 2
+                or not all(isinstance(v, (int, float)) and v > 0 for v in pair)):
+            raise ValueError(f"{name} must be a (loss, accuracy) pair of positive numbers, got {pair!r}")
+    lrs = np.array(sorted(finals["lr"].unique()), dtype=float)
+    step = float(np.log10(lrs[-1] / lrs[0]) / max(len(lrs) - 1, 1)) if len(lrs) > 1 else 1.0
+    figure = new_figure(10.0, 4.2)
+    axes = figure.subplots(1, 2)
+    conditions = list(dict.fromkeys(zip(finals["placement"], finals["warm-up"])))
+    for ax, metric, scale in ((axes[0], "loss", 1.0), (axes[1], "accuracy", 100.0)):
+        for k, condition in enumerate(conditions):
+            colour, style, marker = _CONDITION_STYLE.get(condition, ("black", "-", "o"))
+            runs = finals[(finals["placement"] == condition[0]) & (finals["warm-up"] == condition[1])]
+            offset = 10 ** ((k - (len(conditions) - 1) / 2) * 0.06 * step)  # side by side at each lr
+            ax.scatter(runs["lr"] * offset, runs[metric] * scale, color=colour, marker=marker, s=14, alpha=0.55,
+                       linewidths=0)
+            medians = runs.groupby("lr")[metric].median() * scale
+            ax.plot(medians.index * offset, medians, color=colour, linestyle=style, marker=marker, markersize=5,
+                    label=f"{condition[0]}, {condition[1]}")
+        index = 0 if metric == "loss" else 1
+        ax.axhline(chance[index] * scale, color="black", linestyle=":", linewidth=1.0)
+        ax.axhline(baseline[index] * scale, color="dimgrey", linestyle="-.", linewidth=1.0)
+        ax.set_xscale("log")
+        ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
+        ax.minorticks_off()
+        ax.set_xlabel("peak learning rate (Adam)")
+    axes[0].text(lrs[0], chance[0] + 0.03, f"uniform guess: ln V = {chance[0]:.2f}", fontsize=10, va="bottom")
+    axes[0].text(lrs[0], baseline[0] + 0.03, f"positions only: {baseline[0]:.3f}", fontsize=10, va="bottom",
+                 color="dimgrey")
+    axes[1].text(lrs[0], chance[1] * 100 + 1, f"uniform guess: {chance[1]:.1%}", fontsize=10, va="bottom")
+    axes[1].text(lrs[0], baseline[1] * 100 + 1, f"positions only: {baseline[1]:.1%}", fontsize=10, va="bottom",
+                 color="dimgrey")
+    axes[0].set_ylabel("held-out cross-entropy (nats)")
+    axes[1].set_ylabel("held-out accuracy on the sorted tokens (%)")
+    axes[0].set_ylim(0, max(chance[0] + 0.35, float(finals["loss"].max()) + 0.1))
+    axes[1].set_ylim(0, 100)
+    axes[0].legend(frameon=False, fontsize=10, loc="lower left")
     return figure
