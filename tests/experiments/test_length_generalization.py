@@ -287,3 +287,15 @@ def test_chapter_claims_hold_on_the_expected_pattern_and_fail_on_a_broken_one():
     broken = {"last_value": _fake_results("last_value", lv), "offset": results["offset"]}
     with pytest.raises(AssertionError, match="ALiBi"):
         check_claims(chapter_claims(broken))
+
+
+def test_the_ensemble_does_not_depend_on_the_number_of_worker_processes():
+    from transformer_course.experiments.length_generalization import length_generalization_ensemble
+
+    kwargs = dict(task="last_value", schemes=("rope", "none"), train_length=8, test_lengths=(8, 16), steps=5,
+                  seeds=(3, 4), rope_scalings=("interpolation",))
+    alone = length_generalization_ensemble(**kwargs)
+    side_by_side = length_generalization_ensemble(**kwargs, workers=2)
+    assert alone.equals(side_by_side) and alone.attrs == side_by_side.attrs
+    with pytest.raises(ValueError, match="workers"):
+        length_generalization_ensemble(**kwargs, workers=0)
