@@ -35,6 +35,7 @@ import torch
 from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_instance, check_int, check_tensor
 from .claims import Claim
+from .parallel import map_runs
 from .head_specialization import (LookupModel, ablation_table, head_relation_scores, lookup_accuracy,
                                   make_lookup_batch, specialization_summary, train_lookup_model)
 
@@ -289,8 +290,12 @@ def lookup_run(seed: int, num_heads: int, max_steps: int = MAX_STEPS, threshold:
 
 
 def run_ensemble(base_seed: int, heads: Sequence[int] = STUDY_HEADS, size: int = ENSEMBLE_SIZE,
-                 run: Callable[[int, int], LookupRun] = lookup_run) -> dict[tuple[int, int], LookupRun]:
-    """``run(seed, h)`` for every h in ``heads`` and seed in base_seed .. base_seed + size - 1, one after another.
+                 run: Callable[[int, int], LookupRun] = lookup_run, workers: int = 1) -> dict[tuple[int, int], LookupRun]:
+    """``run(seed, h)`` for every h in ``heads`` and seed in base_seed .. base_seed + size - 1.
+
+    ``workers`` processes train runs side by side (``parallel.map_runs``; ``run`` must then be a
+    module-level function); each run is a function of (seed, h) alone, so the result does not
+    depend on the number of workers.
 
     Returns:
         dict (h, seed) -> LookupRun, h-major.
@@ -298,7 +303,8 @@ def run_ensemble(base_seed: int, heads: Sequence[int] = STUDY_HEADS, size: int =
     base_seed = check_int("base_seed", base_seed, minimum=0)
     size = check_int("size", size, minimum=1)
     counts = _check_head_counts(heads, D_MODEL)
-    return {(h, seed): run(seed, h) for h in counts for seed in range(base_seed, base_seed + size)}
+    keys = [(h, seed) for h in counts for seed in range(base_seed, base_seed + size)]
+    return dict(zip(keys, map_runs(run, [(seed, h) for h, seed in keys], workers)))
 
 
 @exhibit

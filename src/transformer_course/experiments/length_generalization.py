@@ -35,9 +35,7 @@ rescaled (:func:`rope_scaling`: position interpolation or "NTK-aware" scaling), 
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 
 import pandas as pd
@@ -56,6 +54,7 @@ from transformer_course.nn.positional import (LearnedPositionalEmbedding, Sinuso
                                               interpolated_positions, ntk_scaled_base, rotary_embedding)
 from transformer_course.measure.timing import threads
 from .claims import Claim
+from .parallel import map_runs
 from .training import fit, model_device, seeded
 
 SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "none")
@@ -522,20 +521,15 @@ def length_generalization_ensemble(task: str = "last_value", schemes: Sequence[s
     seeds = _check_seeds(seeds)
     members = [(task, scheme, seed, train_length, tuple(test_lengths), steps, tuple(rope_scalings))
                for scheme in schemes for seed in seeds]
-    workers = min(check_int("workers", workers, minimum=1), len(members))
-    if workers > 1:  # each member trains on one thread in its own process: the same numbers, sooner
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            member_records = list(pool.map(_ensemble_member, members))
-    else:
-        member_records = [_ensemble_member(member) for member in members]
+    member_records = map_runs(_ensemble_member, members, workers)  # one thread per member: the same numbers
     results = pd.DataFrame.from_records([record for records in member_records for record in records])
     results.attrs.update(train_length=train_length, chance=task_chance(task), task=task)
     return results
 
 
-def _ensemble_member(member: tuple) -> list[dict]:
+def _ensemble_member(task: str, scheme: str, seed: int, train_length: int, test_lengths: tuple[int, ...],
+                     steps: int, rope_scalings: tuple[str, ...]) -> list[dict]:
     """The rows of one (scheme, seed) member of :func:`length_generalization_ensemble` (run in a worker)."""
-    task, scheme, seed, train_length, test_lengths, steps, rope_scalings = member
     model, _ = train_last_value(scheme, train_length, steps, seed, max_len=max(test_lengths), task=task)
     rows = evaluate_length_model(model, task, scheme, train_length, test_lengths, rope_scalings)
     return [{"task": task, "scheme": label, "seed": seed, "test_length": t, "accuracy": a}

@@ -1,0 +1,21 @@
+"""map_runs: the results of a plain loop, in order, whatever the number of worker processes."""
+
+import operator
+
+import pytest
+
+from transformer_course.experiments.parallel import map_runs
+
+
+def test_workers_give_the_results_of_a_loop_in_order():
+    arguments = [(a, b) for a in range(4) for b in (10, 20)]
+    assert map_runs(operator.add, arguments, workers=2) == [a + b for a, b in arguments]
+    assert map_runs(operator.add, arguments) == [a + b for a, b in arguments]
+    assert map_runs(operator.add, [], workers=2) == []
+
+
+def test_bad_arguments_are_refused_with_their_names():
+    with pytest.raises(ValueError, match="workers"):
+        map_runs(operator.add, [(1, 2)], workers=0)
+    with pytest.raises(TypeError, match="fn must be callable"):
+        map_runs("add", [(1, 2)])
