@@ -297,6 +297,13 @@ def _run_checks(kernel: Kernel, plan: ExercisePlan, timeout: float, clean: bool)
     return outcome
 
 
+def _write_all(fd: int, payload: bytes) -> None:
+    """Write every byte of ``payload`` to the pipe ``fd`` (``os.write`` may write only part of it)."""
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _checker(kernel: Kernel, plan: ExercisePlan, limits: Limits, clean: bool) -> dict[str, Any]:
     """Run :func:`_run_checks` in a forked process with its own memory, CPU and wall-clock limits."""
     read_fd, write_fd = os.pipe()
@@ -310,10 +317,7 @@ def _checker(kernel: Kernel, plan: ExercisePlan, limits: Limits, clean: bool) ->
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
             cpu = int(limits.timeout) + 5
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-            payload = json.dumps(_run_checks(kernel, plan, limits.timeout, clean), ensure_ascii=True).encode()
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(write_fd, view):]
+            _write_all(write_fd, json.dumps(_run_checks(kernel, plan, limits.timeout, clean), ensure_ascii=True).encode())
         except BaseException:  # noqa: BLE001
             code = 3
         finally:
@@ -651,9 +655,7 @@ def _worker(task: Task, limits: Limits, slot: int, cgroup: CgroupSlot | None, re
             payload = json.dumps({"exercises": [], "status": safe_text(f"grader error: {type(error).__name__}: "
                                                                         f"{error}", 300),
                                   "seconds": 0.0, "cpu_seconds": 0.0}, ensure_ascii=True).encode()
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(write_fd, view):]
+        _write_all(write_fd, payload)
     except BaseException:  # noqa: BLE001
         code = 3
     finally:
