@@ -60,21 +60,20 @@ def split_hidden(source: str) -> list[tuple[str, bool]]:
     return [(code, hidden) for code, hidden in parts if code.strip()]
 
 
+def _identifiers(node: ast.AST) -> set[str]:
+    """Every name and attribute a node mentions (``a.b(c)`` -> {"a", "b", "c"})."""
+    return {c.id if isinstance(c, ast.Name) else c.attr for c in ast.walk(node)
+            if isinstance(c, (ast.Name, ast.Attribute))}
+
+
 def _used_names(source: str) -> set[str]:
     """Every identifier a cell mentions: names, attributes and imported names."""
     try:
         tree = ast.parse(_python_source(source))
     except SyntaxError:
         return set()
-    used = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            used.add(node.id)
-        elif isinstance(node, ast.Attribute):
-            used.add(node.attr)
-        elif isinstance(node, ast.alias):
-            used.update(node.name.split("."))
-    return used
+    imported = {part for node in ast.walk(tree) if isinstance(node, ast.alias) for part in node.name.split(".")}
+    return _identifiers(tree) | imported
 
 
 def references_in_answers(source: str, answers: tuple[str, ...], references: tuple[str, ...]) -> set[str]:
@@ -85,42 +84,7 @@ def references_in_answers(source: str, answers: tuple[str, ...], references: tup
     (transitively) the helpers and variables those use. A reference used only to check an answer
     (``print(score_counts(8192, window=256))``) does not count.
     """
-    try:
-        tree = ast.parse(_python_source(source))
-    except SyntaxError:
-        return set()
-    made_of: dict[str, set[str]] = {}  # a name bound in the cell -> the identifiers its definition uses
-
-    def identifiers(node: ast.AST) -> set[str]:
-        found = set()
-        for child in ast.walk(node):
-            if isinstance(child, ast.Name):
-                found.add(child.id)
-            elif isinstance(child, ast.Attribute):
-                found.add(child.attr)
-        return found
-
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            made_of.setdefault(node.name, set()).update(identifiers(node))
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                for name in ast.walk(target):
-                    if isinstance(name, ast.Name):
-                        made_of.setdefault(name.id, set()).update(identifiers(node.value))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                bound = (alias.asname or alias.name).split(".")[0]
-                made_of.setdefault(bound, set()).update(alias.name.split("."))
-    seen, todo = set(), list(answers)
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        todo.extend(made_of.get(name, ()))
-    return seen & set(references)
+    return answer_closure([source], answers) & set(references)
 
 
 def _python_source(source: str) -> str:
@@ -246,33 +210,28 @@ def _parse_cell(source: str) -> ast.Module | None:
 
 
 def _made_of(trees: list[ast.Module]) -> dict[str, set[str]]:
-    """A name bound in the cells -> the identifiers its definitions use (as in references_in_answers)."""
+    """A name bound in the cells -> the identifiers its definitions use."""
     made_of: dict[str, set[str]] = {}
-
-    def identifiers(node: ast.AST) -> set[str]:
-        return {c.id if isinstance(c, ast.Name) else c.attr for c in ast.walk(node)
-                if isinstance(c, (ast.Name, ast.Attribute))}
-
     for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                made_of.setdefault(node.name, set()).update(identifiers(node))
+                made_of.setdefault(node.name, set()).update(_identifiers(node))
             elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
                     for name in ast.walk(target):
                         if isinstance(name, ast.Name):
-                            made_of.setdefault(name.id, set()).update(identifiers(node.value))
+                            made_of.setdefault(name.id, set()).update(_identifiers(node.value))
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
                 for name in ast.walk(node.target):
                     if isinstance(name, ast.Name):
-                        made_of.setdefault(name.id, set()).update(identifiers(node.iter))
+                        made_of.setdefault(name.id, set()).update(_identifiers(node.iter))
             elif isinstance(node, (ast.With, ast.AsyncWith)):
                 for item in node.items:
                     if item.optional_vars is not None:
                         for name in ast.walk(item.optional_vars):
                             if isinstance(name, ast.Name):
-                                made_of.setdefault(name.id, set()).update(identifiers(item.context_expr))
+                                made_of.setdefault(name.id, set()).update(_identifiers(item.context_expr))
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 for alias in node.names:
                     bound = (alias.asname or alias.name).split(".")[0]
@@ -301,9 +260,7 @@ def armed_statements(source: str, closure: set[str]) -> tuple[int, ...]:
         return (-1,)
     chosen = []
     for index, statement in enumerate(tree.body):
-        used = {c.id if isinstance(c, ast.Name) else c.attr for c in ast.walk(statement)
-                if isinstance(c, (ast.Name, ast.Attribute))}
-        if bound_names(statement) & closure or used & DYNAMIC or any(
+        if bound_names(statement) & closure or _identifiers(statement) & DYNAMIC or any(
                 isinstance(c, (ast.Global, ast.Nonlocal)) for c in ast.walk(statement)):
             chosen.append(index)
     return tuple(chosen)

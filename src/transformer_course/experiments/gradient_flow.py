@@ -58,6 +58,20 @@ def init_xavier_(module: nn.Module) -> nn.Module:
     return module
 
 
+def probe_batch(encoder: Encoder, parameter: str, seed: int, batch_size: int, seq_len: int, d_model: int,
+                num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The random classification batch a gradient probe uses, after checking that ``parameter``
+    names a parameter of ``encoder``'s layers: inputs (B, T, D) and labels (B, T), drawn from ``seed``.
+    """
+    names = dict(encoder.layers[0].named_parameters())
+    if parameter not in names:
+        raise ValueError(f"parameter must name a parameter of one layer, e.g. {sorted(names)[:3]}, got {parameter!r}")
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch_size, seq_len, d_model, generator=generator)  # (B, T, D)
+    labels = torch.randint(0, num_classes, (batch_size, seq_len), generator=generator)  # (B, T)
+    return x, labels
+
+
 def layer_gradient_norms(num_layers: int, norm_first: bool, d_model: int = 64, num_heads: int = 4,
                          d_ff: int = 256, batch_size: int = 8, seq_len: int = 16, num_classes: int = 10,
                          seed: int = 0, init: str = "xavier",
@@ -100,12 +114,7 @@ def layer_gradient_norms(num_layers: int, norm_first: bool, d_model: int = 64, n
         if init == "xavier":
             init_xavier_(encoder)
             init_xavier_(head)
-    names = dict(encoder.layers[0].named_parameters())
-    if parameter not in names:
-        raise ValueError(f"parameter must name a parameter of one layer, e.g. {sorted(names)[:3]}, got {parameter!r}")
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch_size, seq_len, d_model, generator=generator)  # (B, T, D)
-    labels = torch.randint(0, num_classes, (batch_size, seq_len), generator=generator)  # (B, T)
+    x, labels = probe_batch(encoder, parameter, seed, batch_size, seq_len, d_model, num_classes)  # (B, T, D), (B, T)
     logits = head(encoder(x))  # (B, T, V)
     F.cross_entropy(logits.flatten(0, 1), labels.flatten()).backward()
     return torch.tensor([float(dict(layer.named_parameters())[parameter].grad.norm())

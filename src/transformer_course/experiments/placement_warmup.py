@@ -28,7 +28,8 @@ from transformer_course._validation import (check_bool, check_choice, check_inst
                                             check_positive_float)
 from transformer_course.measure.timing import threads
 from transformer_course.nn.model import Encoder
-from .gradient_flow import PLACEMENTS, SortingEncoder, init_xavier_, layer_gradient_norms, sorting_batch, sorting_loss
+from .gradient_flow import (PLACEMENTS, SortingEncoder, init_xavier_, layer_gradient_norms, probe_batch, sorting_batch,
+                            sorting_loss)
 from .claims import Claim
 from .stacked import StackedSortingEncoders, fit_stacked, stacked_sorting_loss
 from .training import fit, seeded
@@ -395,12 +396,7 @@ def first_adam_step(num_layers: int = 24, norm_first: bool = False, lr: float = 
     with seeded(seed):
         encoder = init_xavier_(Encoder(num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=norm_first))
         head = init_xavier_(nn.Linear(d_model, num_classes))
-    names = dict(encoder.layers[0].named_parameters())
-    if parameter not in names:
-        raise ValueError(f"parameter must name a parameter of one layer, e.g. {sorted(names)[:3]}, got {parameter!r}")
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch_size, seq_len, d_model, generator=generator)  # (B, T, D)
-    labels = torch.randint(0, num_classes, (batch_size, seq_len), generator=generator)  # (B, T)
+    x, labels = probe_batch(encoder, parameter, seed, batch_size, seq_len, d_model, num_classes)  # (B, T, D), (B, T)
     before = [dict(layer.named_parameters())[parameter].detach().clone() for layer in encoder.layers]
     optimizer = torch.optim.Adam([*encoder.parameters(), *head.parameters()], lr=lr, betas=(0.9, 0.98), eps=1e-9)
     with threads(1):
