@@ -106,7 +106,7 @@ def test_elsewhere_the_install_cell_does_nothing_when_the_package_is_there(monke
     assert _run_install_cell(_install_cell(EDITIONS[0]), monkeypatch, colab=False, installed=True) == []
 
 
-def test_elsewhere_a_missing_package_stops_the_notebook_with_one_line(monkeypatch, capsys):
+def test_elsewhere_a_missing_package_stops_the_notebook_with_one_line(monkeypatch, capsys, request):
     from IPython.core.interactiveshell import InteractiveShell
 
     source = _install_cell(EDITIONS[0])
@@ -117,6 +117,7 @@ def test_elsewhere_a_missing_package_stops_the_notebook_with_one_line(monkeypatc
         f'transformer_course is not installed: pip install "git+{REPOSITORY_URL}@{ref}"']
     # What Jupyter shows: IPython renders the exception through _render_traceback_, one line.
     shell = InteractiveShell.instance()
+    request.addfinalizer(InteractiveShell.clear_instance)  # no bare shell left behind for later tests
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
     result = shell.run_cell(source)
     assert isinstance(result.error_in_exec, ModuleNotFoundError)
