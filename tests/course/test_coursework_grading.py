@@ -20,7 +20,9 @@ issue 22: bigcount (an answer that makes a hidden check build a 10**9-element li
           (records exercise 1's hidden inputs and shows them in exercise 2's visible check),
           ref_importlib, ref_sysmodules, ref_exec, ref_othercell, ref_rebind, ref_magic,
           ref_nometa, ref_getsource (the reference reached by paths no parser follows, or
-          compiled from its own source at run time), ref_pasted (its source pasted, renamed)
+          compiled from its own source at run time), ref_pasted (its source pasted, renamed),
+          tamper_* (exercise 2's cell switches the guards off: a guard's closure, the arming hook
+          rebound or shadowed, the shell's transformers cleared, a computed getattr, a reload, gc)
 
 Every hostile student leaves exercises blank (or wrong) and must score 0 on them, without
 changing anyone else's row.
@@ -245,6 +247,22 @@ get_ipython().input_transformers_cleanup.append(_blank_tests)
     _cell(nometa, "dl9001-ex1-solution").source = "from transformer_course.nn.masks import causal_mask as my_causal_mask"
     _cell(nometa, "dl9001-ex1-solution").metadata.pop("nbgrader")
 
+    tampering = {  # each switches the guards off in exercise 2's cell, then answers with the reference
+        "tamper_closure": "from transformer_course.nn.masks import causal_mask\n"
+                          "_original = causal_mask.__closure__[0].cell_contents",
+        "tamper_arm": "import builtins\nbuiltins.__grading_arm__ = lambda step: None",
+        "tamper_shadow": "__grading_arm__ = lambda step: None",
+        "tamper_shell": "get_ipython().ast_transformers.clear()",
+        "tamper_getattr": "import transformer_course.nn.masks as _m\n_name = ''.join(['__clo', 'sure__'])\n"
+                          "_original = getattr(_m.causal_mask, _name)[0].cell_contents",
+        "tamper_reload": "import importlib, transformer_course.nn.masks as _m\n_original = importlib.reload(_m).causal_mask",
+        "tamper_gc": "import gc\n_original = gc.get_referents(__import__('transformer_course.nn.masks').nn.masks.causal_mask)",
+    }
+    for name, source in tampering.items():
+        notebooks[name] = copy.deepcopy(correct)
+        _cell(notebooks[name], "dl9001-ex2-solution").source = (
+            source + "\n\ndef allowed_pairs(t):\n    return t * (t + 1) // 2")
+
     fresh = notebooks["fresh"] = nbformat.v4.new_notebook()  # answers pasted into a new notebook
     fresh.cells = [nbformat.v4.new_code_cell(_solution(course, f"dl9001-ex{k}")) for k in (1, 2, 3)]
 
@@ -450,7 +468,7 @@ def test_grading_refuses_without_a_working_sandbox(course, tmp_path, monkeypatch
 def test_the_run_stays_within_the_time_budget(graded):
     *_, seconds, results = graded
     times = sorted(r.seconds for r in results if r.seconds > 0)
-    assert len(times) == 18 + 12
+    assert len(times) == 18 + 12 + 7
     assert seconds < 600, seconds  # the whole run, 2 jobs
     assert times[len(times) // 2] < 20, times  # median per notebook, fixture chapter, 2 jobs
 
@@ -482,9 +500,27 @@ def test_no_state_carries_from_a_hidden_check_to_the_next_visible_message(graded
     assert "417" not in html.replace(",", "")  # exercise 1 saw 4, then the hidden 1 and 7
 
 
-@pytest.mark.parametrize("student", ["ref_importlib", "ref_sysmodules", "ref_exec", "ref_magic", "ref_getsource",
+@pytest.mark.parametrize("student", ["ref_importlib", "ref_sysmodules", "ref_exec", "ref_magic",
                                      "ref_pasted", "ref_othercell", "ref_rebind", "ref_nometa"])
 def test_the_reference_answer_is_flagged_however_it_is_reached(graded, student):
     totals, grades, out, *_ = graded
     assert grades[student, "dl9001-ex1"]["result"] == "flagged", student
     assert _points(grades, student) == {1: 0, 2: 2, 3: 1}
+
+
+def test_compiling_the_package_source_at_run_time_is_flagged_from_that_cell_on(graded):
+    totals, grades, out, *_ = graded  # ref_getsource: exec(open(module.__file__).read()) in exercise 1's cell
+    assert {grades["ref_getsource", f"dl9001-ex{k}"]["result"] for k in (1, 2, 3)} == {"flagged"}
+    assert _points(grades, "ref_getsource") == {1: 0, 2: 0, 3: 0}
+    html = (out / "feedback" / "ref_getsource" / f"{FIXTURE}.html").read_text()
+    assert "runs code built at run time" in html and "reaches into the grading machinery" in html
+
+
+@pytest.mark.parametrize("student", ["tamper_closure", "tamper_arm", "tamper_shadow", "tamper_shell",
+                                     "tamper_getattr", "tamper_reload", "tamper_gc"])
+def test_switching_the_guards_off_flags_every_exercise_from_that_cell_on(graded, student):
+    totals, grades, out, *_ = graded
+    assert _points(grades, student) == {1: 3, 2: 0, 3: 0}  # exercise 1 was graded before the cell ran
+    assert [grades[student, f"dl9001-ex{k}"]["result"] for k in (1, 2, 3)] == ["passed", "flagged", "flagged"]
+    html = (out / "feedback" / student / f"{FIXTURE}.html").read_text()
+    assert "reaches into the grading machinery" in html

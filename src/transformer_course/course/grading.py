@@ -23,7 +23,10 @@ another ``timeout``. A cell that overruns is killed with its kernel; the exercis
 An exercise scores 0 as "flagged" when its answer is computed with a package function the exercise
 asks the student to write (guards record such calls at run time, however the function is reached;
 see :mod:`~transformer_course.course.kernel`), or when a function of the student's is a copy of
-that function's source (:func:`~transformer_course.course.plans.copied_references`).
+that function's source (:func:`~transformer_course.course.plans.copied_references`). Every exercise
+from a student's cell on that could switch the guards off (a closure, a frame, the arming hook, the
+shell's transformers, ``gc``, code built at run time: :func:`~transformer_course.course.tampering.tampering`)
+is "flagged" without running that cell, with what was found.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from transformer_course.course.plans import (ExercisePlan, InvalidNotebook, anch
 from transformer_course.course.sandbox import (CgroupSlot, Limits, RefusedFile, cgroup_problem,  # noqa: F401
                                                kernel_command, kernel_env, make_cgroup, read_regular_file,
                                                remove_cgroup, remove_tree, restrict, sandbox_problem, sandbox_uid)
+from transformer_course.course.tampering import tampering
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -408,6 +412,14 @@ def _check_exercise(runner: _Runner, plan: ExercisePlan, cells: list[dict[str, A
     return result(0.0, "failed", message)
 
 
+def _tampering_result(plan: ExercisePlan, cell: int, found: list[tuple[int, str]]) -> ExerciseResult:
+    """An exercise graded after a cell that reaches into the grader: flagged, with what was found."""
+    what = "; ".join(f"line {line}: {text}" for line, text in found[:5]) + ("; ..." if len(found) > 5 else "")
+    message = (f"cell {cell} reaches into the grading machinery ({what}); a graded notebook may not, so every "
+               "exercise from that cell on scores 0 and is flagged for your instructor to review")
+    return ExerciseResult(plan.label, plan.title, 0.0, plan.max_points, "flagged", safe_text(message, 1000))
+
+
 # --- one notebook -------------------------------------------------------------------------------
 
 def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released_folder: Path | None,
@@ -445,6 +457,7 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
     armed = {i: armed_statements(cells[i]["source"], closure) for i in student}
     binds = {i: answer_closure([cells[i]["source"]], ()) | _bound(cells[i]["source"]) for i in student}
     copies = copied_references(student_sources, reference_fingerprints(tuple(targets)))
+    tampered = next(((i, found) for i in sorted(student) if (found := tampering(cells[i]["source"]))), None)
     results: dict[str, ExerciseResult] = {}
     timed_out: list[str] = []
     cpu_limit = int(limits.timeout * (3 * len(plans) + 2) + 60)
@@ -476,6 +489,9 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
         previous_end = 0
         for plan, anchor in anchored:
             end = len(cells) if anchor is None else anchor + 1
+            if tampered is not None and tampered[0] < end:  # the cell would run before this exercise's checks
+                results[plan.label] = _tampering_result(plan, cells[tampered[0]]["index"], tampered[1])
+                continue
             state, cell = runner.run_until(end, limits.timeout, armed)
             segment = (previous_end, end)
             previous_end = max(previous_end, end)
