@@ -21,6 +21,7 @@ issue 22: bigcount (an answer that makes a hidden check build a 10**9-element li
           ref_importlib, ref_sysmodules, ref_exec, ref_othercell, ref_rebind, ref_magic,
           ref_nometa, ref_getsource (the reference reached by paths no parser follows, or
           compiled from its own source at run time), ref_pasted (its source pasted, renamed),
+          ref_alternative (another package function that computes the same mask),
           tamper_* (exercise 2's cell switches the guards off: a guard's closure, the arming hook
           rebound or shadowed, the shell's transformers cleared, a computed getattr, a reload, gc)
 
@@ -263,6 +264,11 @@ get_ipython().input_transformers_cleanup.append(_blank_tests)
         _cell(notebooks[name], "dl9001-ex2-solution").source = (
             source + "\n\ndef allowed_pairs(t):\n    return t * (t + 1) // 2")
 
+    alternative = notebooks["ref_alternative"] = copy.deepcopy(correct)  # another package function, same mask
+    _cell(alternative, "dl9001-ex1-solution").source = (
+        "from transformer_course.nn.masks import dilated_mask\n\ndef my_causal_mask(t):\n"
+        "    return dilated_mask(t, 1, causal=True)")
+
     fresh = notebooks["fresh"] = nbformat.v4.new_notebook()  # answers pasted into a new notebook
     fresh.cells = [nbformat.v4.new_code_cell(_solution(course, f"dl9001-ex{k}")) for k in (1, 2, 3)]
 
@@ -468,7 +474,7 @@ def test_grading_refuses_without_a_working_sandbox(course, tmp_path, monkeypatch
 def test_the_run_stays_within_the_time_budget(graded):
     *_, seconds, results = graded
     times = sorted(r.seconds for r in results if r.seconds > 0)
-    assert len(times) == 18 + 12 + 7
+    assert len(times) == 18 + 12 + 8
     assert seconds < 600, seconds  # the whole run, 2 jobs
     assert times[len(times) // 2] < 20, times  # median per notebook, fixture chapter, 2 jobs
 
@@ -506,6 +512,14 @@ def test_the_reference_answer_is_flagged_however_it_is_reached(graded, student):
     totals, grades, out, *_ = graded
     assert grades[student, "dl9001-ex1"]["result"] == "flagged", student
     assert _points(grades, student) == {1: 0, 2: 2, 3: 1}
+
+
+def test_another_package_function_that_computes_the_answer_is_flagged(graded):
+    totals, grades, out, *_ = graded  # dilated_mask(t, 1, causal=True) is the causal mask, without causal_mask
+    assert grades["ref_alternative", "dl9001-ex1"]["result"] == "flagged"
+    assert _points(grades, "ref_alternative") == {1: 0, 2: 2, 3: 1}
+    html = (out / "feedback" / "ref_alternative" / f"{FIXTURE}.html").read_text()
+    assert "your answer is computed with dilated_mask from transformer_course" in html
 
 
 def test_compiling_the_package_source_at_run_time_is_flagged_from_that_cell_on(graded):

@@ -20,6 +20,8 @@ class                                              test
 5 a 3,000-deep tree                                 test_deep_trees_are_listed_and_removed_without_recursion
 5 a uid per job, a sized folder                     test_each_job_slot_has_its_own_uid_and_a_sized_folder
 5 a cgroup per sandbox (or why not)                 test_a_sandbox_cgroup_bounds_memory_and_processes_or_grading_says_why_not
+6 a reply forged into the pipe by a cell             test_a_reply_forged_by_a_cell_is_refused_for_want_of_the_token
+6 the arming hook, the transformer or a guard changed test_a_cell_that_changes_the_kernels_hooks_is_reported
 """
 
 from __future__ import annotations
@@ -296,6 +298,7 @@ class _NoKernel:
     hits: set = set()
     callbacks: list = []
     deadline = None
+    tampered = ""
 
     def request(self, message):
         return {}
@@ -320,3 +323,55 @@ def test_checks_that_grow_without_bound_run_out_of_their_own_memory():
                                grading.Limits(timeout=30.0, check_mb=512), True)
     assert outcome["result"] == "failed"
     assert outcome["message"] == "the tests ran out of memory on your answer (is it far larger than asked?)"
+
+
+# --- 6. the kernel's own hooks: a forged reply, a hook changed ----------------------------------
+
+@pytest.fixture
+def kernel(tmp_path):
+    import time
+
+    from transformer_course.course.kernel import Kernel
+    from transformer_course.course.sandbox import kernel_command, kernel_env, restrict
+
+    limits = grading.Limits(sandbox="none", timeout=60.0)
+    (tmp_path / ".tmp").mkdir()
+    started = Kernel(kernel_command(limits, tmp_path, 0, []), tmp_path, kernel_env(tmp_path), restrict(limits, 300, None))
+    started.start(time.monotonic() + 120)
+    started.guard([("transformer_course.nn.masks", "causal_mask")])
+    yield started
+    started.kill()
+
+
+FORGE = """
+import io, os, struct, torch
+buffer = io.BytesIO()
+torch.save(("", ("done", None, 0.0, 0.0, [])), buffer)  # a reply, in the protocol's own framing
+frame = struct.pack("<Q", len(buffer.getvalue())) + buffer.getvalue()
+for fd in range(3, 30):
+    try:
+        os.write(fd, frame)
+    except OSError:
+        pass
+"""
+
+
+def test_a_reply_forged_by_a_cell_is_refused_for_want_of_the_token(kernel):
+    from transformer_course.course.kernel import KernelGone
+
+    assert kernel.run_cell("x = 1") is None  # an honest reply carries the request's token
+    with pytest.raises(KernelGone, match="token"):
+        kernel.run_cell(FORGE)
+
+
+@pytest.mark.parametrize("source, said", [
+    ("import builtins\nbuiltins.__grading_arm__ = lambda step: None", "the arming hook was replaced"),
+    ("__grading_arm__ = lambda step: None", "the arming hook was replaced"),
+    ("get_ipython().ast_transformers.clear()", "the shell's transformer was removed"),
+    ("import transformer_course.nn.masks as m\nm.causal_mask = m.causal_mask.__closure__[0].cell_contents",
+     "the guard of transformer_course.nn.masks.causal_mask was replaced"),
+])
+def test_a_cell_that_changes_the_kernels_hooks_is_reported(kernel, source, said):
+    assert kernel.run_cell("y = 2") is None and kernel.tampered == ""
+    kernel.run_cell(source)
+    assert kernel.tampered == said

@@ -230,6 +230,15 @@ def _exercise_cell_problems(chapter: Chapter, exercise: Exercise) -> list[str]:
     if re.search(r"^[ \t]+### (BEGIN|END) HIDDEN TESTS", source, re.MULTILINE):
         problems.append(f"{where}: ### BEGIN/END HIDDEN TESTS must start at the beginning of a line "
                         "(the grader runs the hidden region as top-level code)")
+    try:
+        classes = [node.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ClassDef)]
+    except SyntaxError:
+        classes = []
+    if classes:
+        problems.append(f"{where}: the test cell defines the class {', '.join(classes)}; the grader runs the tests "
+                        "outside the student's sandbox, where an instance of a class defined in a test cannot be "
+                        "sent to the student's code: use a torch or standard-library container (nn.ModuleDict, "
+                        "types.SimpleNamespace)")
     borrowed = sorted(_free_names_or_empty(source) & _imported_elsewhere(chapter, exercise))
     if borrowed:
         problems.append(f"{where}: the test cell uses {', '.join(borrowed)} without importing it; the grader "

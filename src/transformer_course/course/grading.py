@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from transformer_course.course.feedback import describe_error, feedback_html, safe_text  # noqa: F401 (re-exported)
-from transformer_course.course.kernel import (GRADER_MODULE, Kernel, KernelGone, KernelTimeout,  # noqa: F401
-                                              RemoteError, RemoteObject, code_print)
+from transformer_course.course.kernel import (GRADER_MODULE, PACKAGE_HIT, Kernel, KernelGone,  # noqa: F401
+                                              KernelTimeout, RemoteError, RemoteObject, code_print)
 from transformer_course.course.plans import (ExercisePlan, InvalidNotebook, anchors, answer_closure,  # noqa: F401
                                              armed_statements, copied_references, exercise_plans,
                                              read_submission, reference_fingerprints, references_in_answers,
@@ -130,6 +130,7 @@ class _Runner:
         self.hits: dict[int, set[str]] = {}  # cell -> guarded references called in its armed statements
         self.durations: dict[int, float] = {}  # cell -> seconds its first run took
         self.clean = True  # the current kernel has run no hidden check yet
+        self.tampered: tuple[int, str] | None = None  # (cell, what) once a kernel found its hooks changed
 
     def _start(self, deadline: float) -> Kernel:
         kernel = Kernel(kernel_command(self.limits, self.workdir, self.slot, self.files), self.workdir,
@@ -198,6 +199,8 @@ class _Runner:
                         self.durations[index] = time.monotonic() - started
                     if self.kernel.hits:
                         self.hits.setdefault(index, set()).update(self.kernel.hits)
+                    if self.kernel.tampered and self.tampered is None:
+                        self.tampered = (index, self.kernel.tampered)
                     if error:
                         self.errors[index] = (error, self.clean)
                     self.position += 1
@@ -297,7 +300,7 @@ def _run_checks(kernel: Kernel, plan: ExercisePlan, timeout: float, clean: bool)
         clean_here = clean and not (hidden_started and not hidden)
         outcome = {"result": "failed", "kernel_ok": True, "visible_unclean": not hidden and not clean_here,
                    "message": describe_error(error, hidden, clean_here, getattr(error, "check_name", None))}
-    outcome.update(hits=sorted(kernel.hits), hidden_started=hidden_started)
+    outcome.update(hits=sorted(kernel.hits), hidden_started=hidden_started, tampered=kernel.tampered)
     return outcome
 
 
@@ -369,7 +372,7 @@ def _check_exercise(runner: _Runner, plan: ExercisePlan, cells: list[dict[str, A
     used = set()
     for index, names in runner.hits.items():
         if index < end and (start <= index or armed_cells.get(index, set()) & set(plan.answers)):
-            used |= names & references
+            used |= (names & references) | _unexpected(names, plan)
     copied = {reference for name, reference in copies.items() if name in closure} & references
     if not used and not copied:
         outcome = _checker(runner.kernel, plan, limits, runner.clean)
@@ -377,7 +380,12 @@ def _check_exercise(runner: _Runner, plan: ExercisePlan, cells: list[dict[str, A
             runner.clean = False
         if not outcome.get("kernel_ok"):
             runner.stop()
-        used |= set(outcome.get("hits") or []) & references
+        used |= (set(outcome.get("hits") or []) & references) | _unexpected(set(outcome.get("hits") or []), plan)
+        if outcome.get("tampered"):  # the student's code changed the kernel's hooks while the tests ran
+            runner.tampered = runner.tampered or (start, str(outcome["tampered"]))
+            return result(0.0, "flagged", f"your code changed the grader's hooks while the tests ran "
+                          f"({outcome['tampered']}); every exercise from here on scores 0 and is flagged "
+                          "for your instructor to review")
         if outcome.get("visible_unclean") and not used:
             # The full message of a failed visible check comes from a kernel that never ran a hidden
             # check: a fresh one, replayed to here (only failing exercises pay for it).
@@ -387,15 +395,15 @@ def _check_exercise(runner: _Runner, plan: ExercisePlan, cells: list[dict[str, A
                 runner.clean = not again.get("hidden_started")
                 if not again.get("kernel_ok"):
                     runner.stop()
-                used |= set(again.get("hits") or []) & references
+                used |= (set(again.get("hits") or []) & references) | _unexpected(set(again.get("hits") or []), plan)
                 if again["result"] == "failed" and not again.get("visible_unclean"):
                     outcome["message"] = again["message"]
     if used or copied:
         what = ", ".join(sorted(used | copied))
         how = "is computed with" if used else "copies the source of"
         return result(0.0, "flagged", f"your answer {how} {what} from transformer_course, which this exercise "
-                      "asks you to write yourself; it scores 0 (checking your answer against it in a "
-                      "separate line, with print or assert, is fine)")
+                      "asks you to write yourself (or does not give you); it scores 0 (checking your answer "
+                      "against it in a separate line, with print or assert, is fine)")
     if outcome["result"] == "passed":
         return result(plan.max_points, "passed", "")
     if outcome["result"] == "timed out":
@@ -412,9 +420,22 @@ def _check_exercise(runner: _Runner, plan: ExercisePlan, cells: list[dict[str, A
     return result(0.0, "failed", message)
 
 
+def _unexpected(hits: set[str], plan: ExercisePlan) -> set[str]:
+    """The watched package functions among ``hits`` that the exercise's solution and tests never name,
+    as ``qualname`` (``"dilated_sliding_window_mask"``, ``"RollingAttentionCache.attend"``)."""
+    found = set()
+    for hit in hits:
+        if hit.startswith(PACKAGE_HIT) and ":" in hit:
+            qualname = hit.split(":", 1)[1]
+            if qualname.split(".")[0] not in plan.allowed:
+                found.add(qualname)
+    return found
+
+
 def _tampering_result(plan: ExercisePlan, cell: int, found: list[tuple[int, str]]) -> ExerciseResult:
     """An exercise graded after a cell that reaches into the grader: flagged, with what was found."""
-    what = "; ".join(f"line {line}: {text}" for line, text in found[:5]) + ("; ..." if len(found) > 5 else "")
+    what = "; ".join(f"line {line}: {text}" if line else text for line, text in found[:5]) + \
+        ("; ..." if len(found) > 5 else "")
     message = (f"cell {cell} reaches into the grading machinery ({what}); a graded notebook may not, so every "
                "exercise from that cell on scores 0 and is flagged for your instructor to review")
     return ExerciseResult(plan.label, plan.title, 0.0, plan.max_points, "flagged", safe_text(message, 1000))
@@ -493,6 +514,10 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
                 results[plan.label] = _tampering_result(plan, cells[tampered[0]]["index"], tampered[1])
                 continue
             state, cell = runner.run_until(end, limits.timeout, armed)
+            if runner.tampered is not None:  # seen by the kernel itself: a route the static reading missed
+                results[plan.label] = _tampering_result(plan, cells[runner.tampered[0]]["index"],
+                                                        [(0, runner.tampered[1])])
+                continue
             segment = (previous_end, end)
             previous_end = max(previous_end, end)
             if state != "ok":

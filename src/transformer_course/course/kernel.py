@@ -13,6 +13,17 @@ student's cells that make an answer (and every statement that binds names dynami
 arms itself while the grader's checks call into the student's code. Every reply carries the names
 recorded since the last one, however the student reached the function (``importlib``, ``__import__``,
 ``sys.modules``, ``exec``, ``globals()``, another cell, a package object handed over by a test).
+Every other public function and class of the package's ``nn``, ``measure`` and ``experiments`` is
+watched too: a function called, or a class built, from outside the package while armed is recorded
+as ``"<package>module:qualname"``, and the grader flags an answer computed with a package function
+or class that the exercise's solution and tests never name (another function that computes the same
+thing). Methods of those classes are not watched, so an object a test hands over can be used.
+
+**Integrity.** Every request carries a fresh random token and every reply must echo it, so a frame a
+student's cell writes into the pipe is refused as out of turn. Before every reply the kernel checks
+that its hooks are still in place (the arming hook, the shell's transformer, every guard) and reports
+what changed; the grader flags the exercises from there on. Both back up the static reading of the
+student's cells (:mod:`~transformer_course.course.tampering`), which flags such cells before they run.
 """
 
 from __future__ import annotations
@@ -164,39 +175,109 @@ def _handle(value: Any, handles: dict[int, Any]) -> dict[str, Any]:
             "repr": text[:200], "code": printed}
 
 
-def _install_guards(targets: list[tuple[str, str]], state: dict[str, Any]) -> None:
-    """Replace each reference ``module.name`` by a guard that records its name while armed."""
-    import importlib
+WATCHED_PACKAGES = ("transformer_course.nn", "transformer_course.measure", "transformer_course.experiments")
+"""Subpackages whose every public function and method the kernel watches (imported whole at its start)."""
 
-    def wrap(original: Any, name: str) -> Any:
+PACKAGE_HIT = "<package>"
+"""Prefix of a hit that names a watched function reached from outside the package:
+``"<package>module:qualname"`` (a reference's hit is its bare name)."""
+
+
+def _install_guards(targets: list[tuple[str, str]], state: dict[str, Any]) -> list[tuple[Any, str, Any]]:
+    """Replace each reference ``module.name`` by a guard that records its name while armed, and every
+    other public function (and class ``__init__``) of :data:`WATCHED_PACKAGES` by one that records
+    ``"<package>module:qualname"`` when it is entered from outside the package (not from another
+    watched function) while armed. Return where each guard went, ``(module or class, attribute, guard)``,
+    for :func:`_broken_hooks`."""
+    import importlib
+    import pkgutil
+
+    def wrap(original: Any, name: str, always: bool) -> Any:
         @functools.wraps(original)
         def guard(*args: Any, **kwargs: Any) -> Any:
-            if state["armed"]:
+            if state["armed"] and (always or not state["depth"]):
                 state["hits"].add(name)
-            return original(*args, **kwargs)
+            state["depth"] += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                state["depth"] -= 1
 
         del guard.__wrapped__
         return guard
 
-    for module_name, name in targets:
+    for package in WATCHED_PACKAGES:
+        with contextlib.suppress(Exception):
+            root = importlib.import_module(package)
+            for info in pkgutil.walk_packages(root.__path__, package + "."):
+                with contextlib.suppress(Exception):  # a module that does not import is not watched
+                    importlib.import_module(info.name)
+    modules = [(n, m) for n, m in list(sys.modules.items()) if n.split(".")[0] == "transformer_course" and m is not None]
+    where: dict[int, list[tuple[Any, str]]] = {}  # id(object) -> every (module, name) bound to it
+    for _, module in modules:
+        for key, value in list(vars(module).items()):
+            if callable(value):
+                where.setdefault(id(value), []).append((module, key))
+    installed: list[tuple[Any, str, Any]] = []
+    done: set[tuple[int, str]] = set()
+
+    def patch_class(cls: type, attributes: Any, name: str | None) -> None:
+        for attribute in attributes:
+            member = vars(cls).get(attribute)
+            if not isinstance(member, types.FunctionType) or (id(cls), attribute) in done:
+                continue
+            label = name or f"{PACKAGE_HIT}{cls.__module__}:{cls.__qualname__}.{attribute}"
+            setattr(cls, attribute, wrap(member, label, always=name is not None))
+            installed.append((cls, attribute, vars(cls)[attribute]))
+            done.add((id(cls), attribute))
+
+    def patch_function(function: Any, label: str, always: bool) -> None:
+        if (id(function), "") in done:
+            return
+        guard = wrap(function, label, always)
+        done.add((id(function), ""))
+        for module, key in where.get(id(function), ()):
+            setattr(module, key, guard)
+            installed.append((module, key, guard))
+
+    for module_name, name in targets:  # the references first: recorded however deep the call
         try:
             obj = getattr(importlib.import_module(module_name), name)
         except Exception:  # noqa: BLE001 (a reference that does not import is simply not guarded)
             continue
         if isinstance(obj, type):  # a class: patched in place, so that every path to it is guarded
-            for attribute in ("__init__", "forward", "__call__"):
-                if attribute in vars(obj) and callable(vars(obj)[attribute]):
-                    setattr(obj, attribute, wrap(vars(obj)[attribute], name))
+            patch_class(obj, ("__init__", "forward", "__call__"), name)
+        elif callable(obj):
+            patch_function(obj, name, always=True)
+    for module_name, module in modules:
+        if not module_name.startswith(WATCHED_PACKAGES):
             continue
-        if not callable(obj):
-            continue
-        guard = wrap(obj, name)
-        for loaded_name, module in list(sys.modules.items()):
-            if loaded_name.split(".")[0] != "transformer_course" or module is None:
+        for key, value in list(vars(module).items()):
+            if key.startswith("_") or getattr(value, "__module__", None) != module_name:
                 continue
-            for key, value in list(vars(module).items()):
-                if value is obj:
-                    setattr(module, key, guard)
+            if isinstance(value, type):  # built by the student's answer (an object a test hands over is not)
+                patch_class(value, ("__init__",), None)
+            elif isinstance(value, types.FunctionType):
+                patch_function(value, f"{PACKAGE_HIT}{module_name}:{value.__qualname__}", always=False)
+    return installed
+
+
+TAMPERED = "<tampered>"
+"""Prefix of the name a reply's hits carry when the kernel's hooks were found changed."""
+
+
+def _broken_hooks(shell: Any, arm: Any, transformer: Any, installed: list[tuple[Any, str, Any]]) -> str:
+    """Which of the kernel's hooks a cell changed ("" if none): the arming hook, the shell's
+    transformer, a guard. Checked before every reply; the grader flags what follows (see
+    :mod:`~transformer_course.course.tampering` for the static reading that catches it before it runs)."""
+    if vars(builtins).get("__grading_arm__") is not arm or "__grading_arm__" in shell.user_ns:
+        return "the arming hook was replaced"
+    if not any(t is transformer for t in shell.ast_transformers):
+        return "the shell's transformer was removed"
+    for owner, attribute, guard in installed:
+        if vars(owner).get(attribute) is not guard:
+            return f"the guard of {getattr(owner, '__name__', '?')}.{attribute} was replaced"
+    return ""
 
 
 class _ArmStatements(ast.NodeTransformer):
@@ -241,25 +322,29 @@ def kernel_main() -> None:
     shell.enable_matplotlib = lambda gui=None: (gui, "agg")  # figures are never drawn while grading
     shell.display_formatter.active_types = ["text/plain"]
     handles: dict[int, Any] = {}
-    state: dict[str, Any] = {"armed": 0, "hits": set(), "arm_next": ()}
+    state: dict[str, Any] = {"armed": 0, "hits": set(), "arm_next": (), "installed": [], "depth": 0}
+    token = [""]  # the token of the request being answered: every reply carries it
 
     def arm(step: int) -> None:
         state["armed"] = max(0, state["armed"] + step)
 
     builtins.__grading_arm__ = arm
-    shell.ast_transformers.append(_ArmStatements(state))
+    transformer = _ArmStatements(state)
+    shell.ast_transformers.append(transformer)
 
     def hits() -> list[str]:
-        found, state["hits"] = sorted(state["hits"]), set()
-        return found
+        found, state["hits"] = sorted(state["hits"], key=lambda n: (n.startswith(PACKAGE_HIT), n)), set()
+        broken = _broken_hooks(shell, arm, transformer, state["installed"])
+        return found + ([f"{TAMPERED}{broken}"] if broken else [])
 
     def send(message: Any) -> None:
         buffer = io.BytesIO()
         try:
-            torch.save(message, buffer)
+            torch.save((token[0], message), buffer)
         except Exception as error:  # noqa: BLE001
             buffer = io.BytesIO()
-            torch.save(("raised", "UnreadableAnswer", f"could not send the value: {error}"[:300], hits()), buffer)
+            torch.save((token[0], ("raised", "UnreadableAnswer", f"could not send the value: {error}"[:300], hits())),
+                       buffer)
         _write_frame(proto_out, buffer.getvalue())
 
     class Callback:
@@ -281,7 +366,8 @@ def kernel_main() -> None:
             return handles[key] if kind == "remote" else Callback(key)
 
     def receive() -> Any:
-        return Unpickler(io.BytesIO(_read_frame(proto_in, None))).load()
+        token[0], request = Unpickler(io.BytesIO(_read_frame(proto_in, None))).load()
+        return request
 
     send(("ready",))
     while True:
@@ -290,20 +376,20 @@ def kernel_main() -> None:
         if kind == "quit":
             return
         if kind == "guard":
-            _install_guards(request[1], state)
+            state["installed"] = _install_guards(request[1], state)
             send(("done", None, 0.0, time.process_time(), []))
             continue
         if kind == "run":
             _, chosen, source = request
             start = time.monotonic()
-            state["arm_next"], state["armed"] = frozenset(chosen), 0
+            state["arm_next"], state["armed"], state["depth"] = frozenset(chosen), 0, 0
             result = shell.run_cell(source, store_history=True)
             state["armed"] = 0
             error = result.error_before_exec or result.error_in_exec
             text = None if error is None else f"{type(error).__name__}: {error}"[:500]
             send(("done", text, time.monotonic() - start, time.process_time(), hits()))
             continue
-        state["armed"] = 1  # the checks evaluate the student's answer
+        state["armed"], state["depth"] = 1, 0  # the checks evaluate the student's answer
         try:
             if kind == "get":
                 namespace = shell.user_ns
@@ -401,6 +487,8 @@ class Kernel:
         self.callbacks: list[Any] = []
         self.cpu_seconds = 0.0
         self.hits: set[str] = set()
+        self.tampered = ""  # what the kernel found changed in its hooks, once it reported it
+        self.token = ""  # the last request's token: a reply that does not carry it is forged
 
     def start(self, deadline: float) -> None:
         self.deadline = deadline
@@ -432,18 +520,26 @@ class Kernel:
                 return None
 
         buffer = io.BytesIO()
-        Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(message)
+        self.token = os.urandom(16).hex()
+        Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump((self.token, message))
         try:
             _write_frame(self.process.stdin.fileno(), buffer.getvalue())
         except OSError as error:
             raise KernelGone("the notebook's process stopped") from error
 
     def _receive(self) -> Any:
-        return _safe_load(_read_frame(self.process.stdout.fileno(), self.deadline))
+        frame = _safe_load(_read_frame(self.process.stdout.fileno(), self.deadline))
+        if not (isinstance(frame, tuple) and len(frame) == 2 and frame[0] == self.token):
+            raise KernelGone("the notebook's process answered out of turn (a reply without the request's token)")
+        return frame[1]
 
     def _record(self, names: Any) -> None:
         if isinstance(names, list):
-            self.hits.update(str(n)[:100] for n in names[:100])
+            names = [str(n)[:300] for n in names[:2000]]
+            for name in names:
+                if name.startswith(TAMPERED) and not self.tampered:
+                    self.tampered = name[len(TAMPERED):]
+            self.hits.update(n for n in names if not n.startswith(TAMPERED))
 
     def guard(self, targets: list[tuple[str, str]]) -> None:
         """Install the guards (before the first cell)."""

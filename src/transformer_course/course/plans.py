@@ -33,6 +33,8 @@ class ExercisePlan:
         answers: the names the exercise asks for (read by the test, bound by the solution).
         references: package names the answers must not be computed with.
         targets: where those names live, ``(module, name)``: what the kernel guards.
+        allowed: every identifier the solution and the test cell use: the package functions an
+            answer may be computed with (any other is flagged, see ``kernel.PACKAGE_HIT``).
     """
 
     label: str
@@ -43,6 +45,7 @@ class ExercisePlan:
     answers: tuple[str, ...]
     references: tuple[str, ...]
     targets: tuple[tuple[str, str], ...] = ()
+    allowed: tuple[str, ...] = ()
 
 
 _HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n(.*?)^[ \t]*### END HIDDEN TESTS[^\n]*(?:\n|$)",
@@ -130,7 +133,8 @@ def exercise_plans(instructor_notebook: Path) -> list[ExercisePlan]:
             parts=tuple(parts), names=tuple(sorted(free_names(test))),
             answers=tuple(sorted(free_names(test) & bound_names(ast.parse(solution)))),
             references=tuple(sorted({name for _, name in _reference_names(test, solution)})),
-            targets=tuple(sorted(_reference_names(test, solution)))))
+            targets=tuple(sorted(_reference_names(test, solution))),
+            allowed=tuple(sorted(_used_names(test) | _used_names(solution)))))
     return plans
 
 
