@@ -176,3 +176,28 @@ def test_encoder_traffic_grows_with_the_positions_read_per_weight():
                                                                     + 2048 + 512 + 4 * 512)
     assert one["FLOPs per byte"] < 1.1 < 100 < many["FLOPs per byte"]
     assert many["FLOPs"] == kc.encoder_flops(config, 1024, 8)
+
+
+def test_grouped_cache_bytes_per_token_scale_with_the_key_value_heads():
+    from transformer_course.experiments.kv_cache_cost import grouped_cache_table
+
+    table = grouped_cache_table(32, 4, (4, 2, 1), num_tokens=5, dtype=torch.float64)
+    assert table["bytes per token (measured)"].tolist() == [2 * 4 * 8 * 8, 2 * 2 * 8 * 8, 2 * 1 * 8 * 8]
+    assert (table["bytes per token (measured)"] == table["bytes per token (2 G Dh x bytes)"]).all()
+    assert table["share of multi-head"].tolist() == [1.0, 0.5, 0.25]
+    assert table.loc[1, "cache shape"] == "(1, 1, 5, 8)"
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        grouped_cache_table(32, 4, (3,))
+
+
+def test_paged_memory_wastes_less_than_a_block_per_sequence():
+    from transformer_course.experiments.kv_cache_cost import paged_memory_table
+
+    lengths = [5, 16, 17, 1]
+    table = paged_memory_table(lengths, block_size=8, max_length=40)
+    assert table["slots, paged"].tolist()[:-1] == [8, 16, 24, 8]
+    assert table.loc["total", "unused, preallocated"] == 4 * 40 - sum(lengths)
+    assert table.loc["total", "unused, paged"] == 3 + 0 + 7 + 7
+    assert (table["unused, paged"].iloc[:-1] < 8).all()
+    with pytest.raises(ValueError, match="max_length"):
+        paged_memory_table(lengths, 8, max_length=10)

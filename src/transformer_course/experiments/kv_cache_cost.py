@@ -383,3 +383,73 @@ def encoder_traffic(config: TransformerConfig, src_len: int, batch_size: int = 1
     flops = encoder_flops(config, src_len, batch_size)
     weights = config.num_encoder_layers * encoder_layer_parameters(config.d_model, config.d_ff, config.activation) * size
     return {"FLOPs": float(flops), "weight bytes": float(weights), "FLOPs per byte": flops / weights}
+
+
+# --- Shrinking and paging the cache: grouped-query attention, blocks ---------------------------
+
+
+@exhibit
+def grouped_cache_table(d_model: int, num_heads: int, kv_heads: Sequence[int], num_tokens: int = 16,
+                        dtype: torch.dtype = torch.float32, seed: int = 0) -> pd.DataFrame:
+    """Self-attention cache bytes per token of one layer, measured from real tensors, per number of key/value heads.
+
+    For each G in ``kv_heads`` a ``MultiHeadAttention(d_model, num_heads, num_kv_heads=G)`` decodes
+    ``num_tokens`` random tokens one at a time with an ``AttentionCache``; the cache's keys and
+    values, (1, G, num_tokens, Dh) each, are then measured with ``.nbytes``.
+
+    Returns:
+        DataFrame indexed by "kv heads" with columns "cache shape", "bytes per token (measured)",
+        "bytes per token (2 G Dh x bytes)", "share of multi-head".
+    """
+    from transformer_course.nn.attention import MultiHeadAttention
+    from transformer_course.nn.kv_cache import AttentionCache
+    from transformer_course.nn.masks import causal_mask
+    from .training import seeded
+
+    d_model, num_heads = check_int("d_model", d_model, minimum=1), check_int("num_heads", num_heads, minimum=1)
+    num_tokens = check_int("num_tokens", num_tokens, minimum=1)
+    kv_heads = check_sizes("kv_heads", kv_heads)
+    rows = {}
+    with seeded(check_int("seed", seed, minimum=0)):
+        tokens = torch.randn(1, num_tokens, d_model, dtype=dtype)  # (1, T, D)
+        for groups in kv_heads:
+            attention = MultiHeadAttention(d_model, num_heads, num_kv_heads=groups).to(dtype).eval()
+            cache = AttentionCache()
+            with torch.no_grad():
+                for t in range(num_tokens):
+                    x = tokens[:, t:t + 1]  # (1, 1, D): one new token
+                    attention(x, x, x, mask=causal_mask(1, t + 1), cache=cache)
+            measured = (cache.keys.nbytes + cache.values.nbytes) // num_tokens
+            element = torch.empty(0, dtype=dtype).element_size()
+            rows[groups] = {"cache shape": str(tuple(cache.keys.shape)), "bytes per token (measured)": measured,
+                            "bytes per token (2 G Dh x bytes)": 2 * groups * (d_model // num_heads) * element}
+    table = pd.DataFrame.from_dict(rows, orient="index").rename_axis("kv heads")
+    table["share of multi-head"] = table["bytes per token (measured)"] / (2 * d_model * element)
+    return table
+
+
+@exhibit
+def paged_memory_table(lengths: Sequence[int], block_size: int, max_length: int) -> pd.DataFrame:
+    """Cache slots held by sequences of ``lengths``: preallocated to ``max_length`` against paged in blocks.
+
+    The paged column is measured: the sequences are written into a ``nn.paged_kv.PagedKVCache``
+    (one head of width 1, the bookkeeping is what counts) and its block tables are read.
+
+    Returns:
+        DataFrame indexed by "sequence" (plus a "total" row) with columns "tokens",
+        "slots, preallocated", "slots, paged", "unused, preallocated", "unused, paged".
+    """
+    from transformer_course.nn.paged_kv import PagedKVCache
+
+    lengths = check_sizes("lengths", lengths)
+    block_size = check_int("block_size", block_size, minimum=1)
+    max_length = check_int("max_length", max_length, minimum=max(lengths))
+    pool = PagedKVCache(sum(-(-n // block_size) for n in lengths), block_size, num_heads=1, head_dim=1)
+    for sequence, length in enumerate(lengths):
+        pool.append(sequence, torch.zeros(1, length, 1), torch.zeros(1, length, 1))
+    table = pd.DataFrame({"tokens": list(lengths), "slots, preallocated": [max_length] * len(lengths),
+                          "slots, paged": [pool.allocated_slots(s) for s in range(len(lengths))]}).rename_axis("sequence")
+    table.loc["total"] = table.sum()
+    table["unused, preallocated"] = table["slots, preallocated"] - table["tokens"]
+    table["unused, paged"] = table["slots, paged"] - table["tokens"]
+    return table

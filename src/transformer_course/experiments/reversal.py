@@ -115,8 +115,12 @@ class ReversalRun:
 
 
 def train_reversal_model(seed: int, settings: ReversalSettings = REVERSAL,
-                         device: torch.device | str | None = None) -> tuple[Transformer, list[float]]:
-    """``toy_transformer`` (dropout off) trained on reversal with ``train_seq2seq``; returned on the CPU in eval mode."""
+                         device: torch.device | str | None = None,
+                         label_smoothing: float = 0.0) -> tuple[Transformer, list[float]]:
+    """``toy_transformer`` (dropout off) trained on reversal with ``train_seq2seq``; returned on the CPU in eval mode.
+
+    ``label_smoothing`` is the epsilon of the training loss (``seq2seq_loss``; 0 = plain cross-entropy).
+    """
     seed = check_int("seed", seed, minimum=0)
     check_instance("settings", settings, ReversalSettings)
     model = toy_transformer(d_model=settings.d_model, num_heads=settings.num_heads, num_layers=settings.num_layers,
@@ -125,7 +129,7 @@ def train_reversal_model(seed: int, settings: ReversalSettings = REVERSAL,
         model = model.to(device)
     losses = train_seq2seq(model, task="reverse", length=settings.length, steps=settings.steps,
                            batch_size=settings.batch_size, lr=settings.lr, warmup_steps=settings.warmup_steps,
-                           seed=seed)
+                           seed=seed, label_smoothing=label_smoothing)
     return model.cpu().eval(), losses
 
 

@@ -22,8 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_course._exhibit import exhibit
-from transformer_course._validation import check_choice, check_instance, check_int, check_tensor
+from transformer_course._validation import check_choice, check_instance, check_int, check_probability, check_tensor
 from transformer_course.measure.dependency import sees_future
+from transformer_course.nn.losses import label_smoothed_cross_entropy
 from transformer_course.nn.model import Transformer, TransformerConfig
 from .data import BOS_ID, EOS_ID, PAD_ID, TASKS, VOCAB_SIZE, make_batch
 from .training import fit, model_device, seeded
@@ -68,25 +69,29 @@ def toy_transformer(d_model: int = 64, num_heads: int = 4, num_layers: int = 2, 
 
 
 def seq2seq_loss(model: Transformer, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-                 pad_id: int = PAD_ID) -> torch.Tensor:
+                 pad_id: int = PAD_ID, label_smoothing: float = 0.0) -> torch.Tensor:
     """Mean cross-entropy -log p(y_t | y_<t, x) over all non-pad label positions (teacher forcing).
 
     Args:
         model: the encoder-decoder.
         batch: (src (B, S), decoder_input (B, T), labels (B, T)), as made by ``data.make_batch``.
         pad_id: label id ignored by the loss.
+        label_smoothing: epsilon of ``nn.losses.label_smoothed_cross_entropy`` (0: the plain
+            cross-entropy, computed by ``F.cross_entropy``).
 
     Returns:
         The scalar loss.
     """
     src, decoder_input, labels = batch
     logits = _check_model(model)(src, decoder_input)  # (B, T, V), all positions in parallel
+    if label_smoothing:
+        return label_smoothed_cross_entropy(logits.flatten(0, 1), labels.flatten(), label_smoothing, pad_id)  # ()
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=pad_id)  # ()
 
 
 def train_seq2seq(model: Transformer, task: str = "reverse", length: int = 8, steps: int = 200,
                   batch_size: int = 64, lr: float = 1e-3, warmup_steps: int = 30, seed: int = 0,
-                  progress: bool = False) -> list[float]:
+                  progress: bool = False, label_smoothing: float = 0.0) -> list[float]:
     """Train ``model`` on fresh training-split batches of a toy task with ``training.fit``.
 
     Args:
@@ -95,9 +100,10 @@ def train_seq2seq(model: Transformer, task: str = "reverse", length: int = 8, st
         length: source digits per example.
         steps, lr, warmup_steps, seed, progress: as in ``training.fit``.
         batch_size: examples per step.
+        label_smoothing: epsilon of the loss (``seq2seq_loss``); 0 = plain cross-entropy.
 
     Returns:
-        The loss of every step.
+        The loss of every step (label-smoothed when ``label_smoothing`` > 0).
 
     Raises:
         TypeError, ValueError: for a model that is not a ``Transformer``, an unknown task, or
@@ -108,7 +114,9 @@ def train_seq2seq(model: Transformer, task: str = "reverse", length: int = 8, st
     length = check_int("length", length, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     batches = partial(_train_batch, task, batch_size, length)
-    return fit(model, batches, seq2seq_loss, steps=steps, lr=lr, warmup_steps=warmup_steps, seed=seed,
+    label_smoothing = check_probability("label_smoothing", label_smoothing)
+    loss_fn = partial(seq2seq_loss, label_smoothing=label_smoothing) if label_smoothing else seq2seq_loss
+    return fit(model, batches, loss_fn, steps=steps, lr=lr, warmup_steps=warmup_steps, seed=seed,
                progress=progress)
 
 

@@ -94,3 +94,34 @@ def fit(
             losses.append(float(loss.detach()))
     model.eval()
     return losses
+
+
+# --- The learning-rate schedule of the original Transformer ------------------------------------
+
+
+def transformer_learning_rate(step: int, d_model: int = 512, warmup_steps: int = 4000) -> float:
+    """The paper's learning rate at ``step`` (counting from 1), in closed form (Vaswani et al., 2017, §5.3).
+
+    lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5): a linear rise for the first
+    ``warmup_steps`` steps, then a decay proportional to the inverse square root of the step; the
+    two branches meet at ``step = warmup_steps``, the peak, where lrate = (d_model * warmup_steps)^-0.5.
+    """
+    step = check_int("step", step, minimum=1)
+    d_model = check_int("d_model", d_model, minimum=1)
+    warmup_steps = check_int("warmup_steps", warmup_steps, minimum=1)
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+def transformer_schedule(optimizer: torch.optim.Optimizer, d_model: int = 512,
+                         warmup_steps: int = 4000) -> torch.optim.lr_scheduler.LambdaLR:
+    """The paper's schedule as a ``LambdaLR``: the optimizer's learning rate becomes base_lr * lrate(step).
+
+    Build the optimizer with ``lr=1.0`` to get the paper's values. ``LambdaLR`` counts its
+    ``scheduler.step()`` calls from 0 (the rate of the first optimizer step is the factor at 0);
+    the paper counts training steps from 1, hence ``step + 1``.
+    """
+    check_instance("optimizer", optimizer, torch.optim.Optimizer, "torch.optim.Optimizer")
+    d_model = check_int("d_model", d_model, minimum=1)
+    warmup_steps = check_int("warmup_steps", warmup_steps, minimum=1)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: transformer_learning_rate(step + 1, d_model, warmup_steps))
