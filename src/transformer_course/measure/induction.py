@@ -111,23 +111,29 @@ def _check_token_losses(token_losses: object) -> torch.Tensor:
     return token_losses
 
 
-def in_context_learning_score(token_losses: torch.Tensor, early: int, late: int) -> float:
-    """Mean loss at position ``late`` minus mean loss at position ``early``, over the batch.
+def in_context_learning_score(token_losses: torch.Tensor, early: int | range, late: int | range) -> float:
+    """Mean loss at the ``late`` position(s) minus mean loss at the ``early`` position(s), over the batch.
 
     Olsson et al. (2022) use the 500th and the 50th token of 512-token contexts; negative means that
-    a token predicted with more context before it is predicted better.
+    a token predicted with more context before it is predicted better. A short context has few
+    positions to average, so ``early`` and ``late`` may each be a ``range`` of positions (a band).
 
     Args:
         token_losses: (B, T) per-token losses (position t = the loss of predicting token t + 1).
-        early, late: positions with 0 <= early < late < T.
+        early, late: a position or a range of positions, all early ones before all late ones, < T.
     """
     token_losses = _check_token_losses(token_losses)
     t = token_losses.shape[1]
-    early = check_int("early", early, minimum=0)
-    late = check_int("late", late, minimum=0)
-    if not early < late < t:
-        raise ValueError(f"early and late must satisfy 0 <= early < late < T={t}, got {early} and {late}")
-    return float(token_losses[:, late].mean() - token_losses[:, early].mean())
+    bands = []
+    for name, band in (("early", early), ("late", late)):
+        band = range(check_int(name, band, minimum=0), band + 1) if not isinstance(band, range) else band
+        if len(band) == 0 or band.step != 1 or band.start < 0:
+            raise ValueError(f"{name} must be a position or a non-empty range of positions, got {band!r}")
+        bands.append(band)
+    early, late = bands
+    if not early.stop <= late.start or late.stop > t:
+        raise ValueError(f"early and late must satisfy early < late < T={t}, got {early} and {late}")
+    return float(token_losses[:, late.start:late.stop].mean() - token_losses[:, early.start:early.stop].mean())
 
 
 def repeat_losses(token_losses: torch.Tensor, period: int) -> tuple[float, float]:
