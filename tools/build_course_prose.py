@@ -1,6 +1,6 @@
 """Build the capstone's corpus: the prose of the ten chapters DL0027-DL0036, code cells stripped.
 
-    python tools/build_course_prose.py          # writes src/transformer_course/data/course_prose.txt
+    python tools/build_course_prose.py          # writes src/transformer_course/_data/course_prose.txt
     python tools/build_course_prose.py --check  # fails if the shipped snapshot is out of date
 
 The snapshot ships with the package (package data), so the capstone chapter reads it in Colab too,
@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "chapters").glob("dl00[23][0-9]_*.myst.md"))
 CHAPTERS = [path for path in SOURCES if "dl0027" <= path.name[:6] <= "dl0036"]
-TARGET = ROOT / "src" / "transformer_course" / "data" / "course_prose.txt"
+TARGET = ROOT / "src" / "transformer_course" / "_data" / "course_prose.txt"
 
 
 def prose_from_myst(text: str) -> str:

@@ -25,8 +25,8 @@ def _tool():
 def test_the_snapshot_is_package_data_that_the_wheel_includes():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"]["transformer_course"]
-    assert any(fnmatch("data/course_prose.txt", pattern) for pattern in patterns)
-    assert (ROOT / "src" / "transformer_course" / "data" / "course_prose.txt").is_file()
+    assert any(fnmatch("_data/course_prose.txt", pattern) for pattern in patterns)
+    assert (ROOT / "src" / "transformer_course" / "_data" / "course_prose.txt").is_file()
 
 
 def test_the_snapshot_is_the_prose_of_the_ten_chapters_without_code():

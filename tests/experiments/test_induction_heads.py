@@ -116,3 +116,13 @@ def test_a_run_records_every_probe_and_its_claims_are_computed():
     assert len(claims) == len({c.statement for c in claims}) >= 6
     assert ih.training_key(TINY) != ih.training_key() and ih.training_key(
         dataclasses.replace(ih.CAPSTONE, induction_threshold=0.5)) == ih.training_key()
+
+
+def test_copies_from_prompt_reads_the_greedy_continuation():
+    vocabulary = ih.CharVocabulary.of("abcdefghijk")
+    m = model()  # untrained, 11 tokens: a continuation of 'ab' that equals 'cd' would be chance
+    out = ih.generate(m, vocabulary.encode("ab"), 2)
+    continuation = vocabulary.decode(out[2:])
+    assert ih.copies_from_prompt(m, vocabulary, ("ab", continuation), context=8)
+    other = "a" if continuation[0] != "a" else "b"
+    assert not ih.copies_from_prompt(m, vocabulary, ("ab", other + continuation[1]), context=8)

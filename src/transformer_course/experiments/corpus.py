@@ -1,6 +1,6 @@
 """The course's own prose as a character-level corpus, shipped with the package (no download).
 
-``data/course_prose.txt`` is the Markdown prose of chapters DL0027-DL0036 with the code cells
+``_data/course_prose.txt`` is the Markdown prose of chapters DL0027-DL0036 with the code cells
 stripped, built by ``tools/build_course_prose.py``. It ships as package data, so
 ``load_course_prose()`` works from a repository checkout and from an installed wheel (Colab).
 """
@@ -19,8 +19,8 @@ HELD_OUT_FRACTION = 0.1  # the last tenth of the text is held out
 
 
 def load_course_prose() -> str:
-    """The text of ``transformer_course/data/course_prose.txt`` (UTF-8)."""
-    return resources.files("transformer_course").joinpath("data", PROSE_FILE).read_text(encoding="utf-8")
+    """The text of ``transformer_course/_data/course_prose.txt`` (UTF-8)."""
+    return resources.files("transformer_course").joinpath("_data", PROSE_FILE).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)

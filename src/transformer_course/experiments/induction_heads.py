@@ -314,6 +314,21 @@ def icl_scores(record: pd.DataFrame, settings: CapstoneSettings = CAPSTONE) -> p
         torch.tensor([losses], dtype=torch.float64), settings.icl_early, settings.icl_late))
 
 
+def icl_change_at_phase(record: pd.DataFrame, settings: CapstoneSettings = CAPSTONE, probes: int = 4) -> float:
+    """Mean ICL score of the last ``probes`` probes minus that of the ``probes`` probes before the phase step.
+
+    Negative when the in-context learning score falls as the induction heads form. NaN when no head
+    reaches the threshold or the phase step is the first probe.
+    """
+    check_int("probes", probes, minimum=1)
+    step = phase_step(record, settings.induction_threshold)
+    icl = icl_scores(record, settings)
+    before = icl[record["step"] < step].tail(probes)
+    if math.isnan(step) or before.empty:
+        return float("nan")
+    return float(icl.tail(probes).mean() - before.mean())
+
+
 def training_key(settings: CapstoneSettings = CAPSTONE) -> tuple:
     """The settings a run's record depends on (not the analysis thresholds, the ensemble size or the workers)."""
     analysis = {"icl_early", "icl_late", "induction_threshold", "ensemble", "workers"}
@@ -336,6 +351,18 @@ def control_heads(prefix_matching: Sequence[Sequence[float]], chosen: Sequence[H
     others = [(l, h) for l in range(scores.shape[0]) for h in range(scores.shape[1]) if (l, h) not in chosen]
     others.sort(key=lambda head: (float(scores[head]), head))
     return others[:len(chosen)]
+
+
+COPY_PROMPT = ("|Vk9J#qZ| is |Vk9", "J#qZ|")  # (prompt, the continuation an induction head copies)
+
+
+def copies_from_prompt(model: AttentionOnlyLM, vocabulary: CharVocabulary, prompt: tuple[str, str] = COPY_PROMPT,
+                       context: int = CAPSTONE.context) -> bool:
+    """Whether greedy decoding continues ``prompt[0]`` with exactly ``prompt[1]``: a string of rare
+    characters seen once earlier in the prompt, which no statistic of the training text predicts."""
+    text, expected = prompt
+    out = generate(model, vocabulary.encode(text), len(expected), context=context)
+    return vocabulary.decode(out[len(text):]) == expected
 
 
 def repeat_advantage(model: AttentionOnlyLM, tokens: torch.Tensor, period: int) -> float:
@@ -434,6 +461,7 @@ def ensemble_summary(runs: Sequence[InductionRun], settings: CapstoneSettings = 
             "held-out loss": end["held_out_loss"],
             "ICL score": float(icl.iloc[-1]),
             "ICL score at step 0": float(icl.iloc[0]),
+            "ICL change at the phase": icl_change_at_phase(run.record, settings),
             "first repeat loss": end["first_repeat_loss"],
             "later repeat loss": end["later_repeat_loss"],
             "induction heads": ", ".join(f"{l}.{h}" for l, h in run.induction),
@@ -448,15 +476,15 @@ def ensemble_summary(runs: Sequence[InductionRun], settings: CapstoneSettings = 
 def capstone_claims(runs: Sequence[InductionRun], settings: CapstoneSettings = CAPSTONE) -> list[Claim]:
     """The chapter's conclusions about an ensemble (bounds chosen from the 30-base-seed calibration)."""
     table = ensemble_summary(runs, settings)
-    icl_start = spread(table["ICL score at step 0"])["median"]
     return [
         Claim("median repeat advantage (nats), intact", spread(table["advantage, intact"])["median"], ">=", 1.0),
         Claim("smallest repeat advantage (nats), intact", spread(table["advantage, intact"])["min"], ">=", 0.3),
         Claim("median top prefix-matching score at the end", spread(table["top prefix matching"])["median"], ">=", 0.4),
         Claim("median top prefix-matching score at step 0", spread(
             float(top_prefix_matching(run.record).iloc[0]) for run in runs)["median"], "<=", 0.15),
-        Claim("median ICL score at the end minus at step 0 (nats)",
-              spread(table["ICL score"])["median"] - icl_start, "<=", -0.1),
+        Claim("latest phase step of the seeds (training step)", float(table["phase step"].max()), "<=", 450),
+        Claim("median ICL score change, last 4 probes minus the 4 before the phase step (nats)",
+              float(table["ICL change at the phase"].median()), "<=", -0.02),
         Claim("median copying score of the induction heads", spread(table["induction copying score"])["median"],
               ">=", 0.3),
         Claim("median repeat advantage left with the induction heads zeroed, as a share of intact",
