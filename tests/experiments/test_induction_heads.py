@@ -114,6 +114,8 @@ def test_a_run_records_every_probe_and_its_claims_are_computed():
     assert again.losses == run.losses  # a run is a function of its seed
     claims = ih.capstone_claims([run, again], TINY)
     assert len(claims) == len({c.statement for c in claims}) >= 6
+    assert claims[0].value == 0.0 and claims[1].value == float("inf")  # 12 steps: no head forms, no phase step
+    assert not claims[0].holds and not claims[1].holds
     assert ih.training_key(TINY) != ih.training_key() and ih.training_key(
         dataclasses.replace(ih.CAPSTONE, induction_threshold=0.5)) == ih.training_key()
 

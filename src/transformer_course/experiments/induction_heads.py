@@ -474,21 +474,30 @@ def ensemble_summary(runs: Sequence[InductionRun], settings: CapstoneSettings = 
 
 
 def capstone_claims(runs: Sequence[InductionRun], settings: CapstoneSettings = CAPSTONE) -> list[Claim]:
-    """The chapter's conclusions about an ensemble (bounds chosen from the 30-base-seed calibration)."""
+    """The chapter's conclusions about an ensemble (bounds chosen from the 30-base-seed calibration).
+
+    A seed whose heads never reach the threshold has no phase step: it counts as never (infinitely
+    late) in the median phase step, and its ICL change is undefined (left out of that median).
+    """
     table = ensemble_summary(runs, settings)
+    n = len(runs)
+    formed = table["phase step"].notna()
+    intact = table["advantage, intact"]
     return [
-        Claim("median repeat advantage (nats), intact", spread(table["advantage, intact"])["median"], ">=", 1.0),
-        Claim("smallest repeat advantage (nats), intact", spread(table["advantage, intact"])["min"], ">=", 0.3),
-        Claim("median top prefix-matching score at the end", spread(table["top prefix matching"])["median"], ">=", 0.4),
+        Claim(f"seeds (of {n}) in which a head reaches prefix matching {settings.induction_threshold:g} within "
+              f"{settings.steps} steps", float(formed.sum()), ">=", n - 1),
+        Claim("median phase step (training step)", float(table["phase step"].fillna(math.inf).median()), "<=", 350),
         Claim("median top prefix-matching score at step 0", spread(
-            float(top_prefix_matching(run.record).iloc[0]) for run in runs)["median"], "<=", 0.15),
-        Claim("latest phase step of the seeds (training step)", float(table["phase step"].max()), "<=", 450),
+            float(top_prefix_matching(run.record).iloc[0]) for run in runs)["median"], "<=", 0.1),
+        Claim("median top prefix-matching score at the end", spread(table["top prefix matching"])["median"], ">=", 0.5),
+        Claim("median copying score of the induction heads", spread(table["induction copying score"])["median"],
+              ">=", 0.9),
+        Claim("median repeat advantage (nats), intact", spread(intact)["median"], ">=", 3.0),
+        Claim(f"seeds (of {n}) with a repeat advantage of at least 1 nat", float((intact >= 1.0).sum()), ">=", n - 1),
         Claim("median ICL score change, last 4 probes minus the 4 before the phase step (nats)",
               float(table["ICL change at the phase"].median()), "<=", -0.02),
-        Claim("median copying score of the induction heads", spread(table["induction copying score"])["median"],
-              ">=", 0.3),
         Claim("median repeat advantage left with the induction heads zeroed, as a share of intact",
-              spread(table["advantage, induction heads zeroed"] / table["advantage, intact"])["median"], "<=", 0.3),
+              spread(table["advantage, induction heads zeroed"] / intact)["median"], "<=", 0.2),
         Claim("median repeat advantage left with as many other heads zeroed, as a share of intact",
-              spread(table["advantage, other heads zeroed"] / table["advantage, intact"])["median"], ">=", 0.7),
+              spread(table["advantage, other heads zeroed"] / intact)["median"], ">=", 0.8),
     ]
