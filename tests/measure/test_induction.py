@@ -1,0 +1,101 @@
+"""Induction metrics on hand-built attention patterns, OV circuits and losses: each discriminates."""
+
+import pytest
+import torch
+
+from transformer_course.measure.induction import (copying_score, in_context_learning_score, prefix_matching_score,
+                                                  previous_token_score, repeat_losses, repeated_random_tokens)
+
+
+def pattern(t: int, offset: int | None) -> torch.Tensor:
+    """(T, T) causal attention: all weight on key i - offset when it exists, else uniform over the prefix."""
+    weights = torch.zeros(t, t)
+    for i in range(t):
+        if offset is not None and i - offset >= 0:
+            weights[i, i - offset] = 1.0
+        else:
+            weights[i, :i + 1] = 1.0 / (i + 1)
+    return weights
+
+
+def induction_pattern(t: int, period: int) -> torch.Tensor:
+    """Query i >= P attends to key i - P + 1 (the token after the earlier occurrence of token i)."""
+    weights = pattern(t, None)
+    for i in range(period, t):
+        weights[i] = 0.0
+        weights[i, i - period + 1] = 1.0
+    return weights
+
+
+def test_prefix_matching_scores_one_for_an_induction_head_and_little_for_the_others():
+    t, period = 16, 8
+    heads = torch.stack([induction_pattern(t, period), pattern(t, 1), pattern(t, 0), pattern(t, None)])
+    scores = prefix_matching_score(heads.unsqueeze(0), period)  # (4,)
+    assert scores[0] == pytest.approx(1.0)
+    assert scores[1] == 0.0 and scores[2] == 0.0  # previous-token and self heads never hit i - P + 1
+    uniform = sum(1.0 / (i + 1) for i in range(period, t)) / (t - period)
+    assert scores[3] == pytest.approx(uniform)  # a spread head scores 1 / (i + 1) on average
+    assert prefix_matching_score(heads.unsqueeze(0), period - 1)[0] < 0.2  # the wrong period misses
+
+
+def test_previous_token_score_finds_the_previous_token_head():
+    heads = torch.stack([induction_pattern(12, 6), pattern(12, 1), pattern(12, 0)]).unsqueeze(0)
+    scores = previous_token_score(heads)
+    assert scores.argmax() == 1 and scores[1] == pytest.approx(1.0) and scores[2] == 0.0
+    assert scores[0] < 0.6
+
+
+def test_scores_refuse_bad_shapes_and_periods():
+    with pytest.raises(ValueError, match="weights"):
+        prefix_matching_score(torch.ones(1, 2, 4, 5), 2)
+    with pytest.raises(ValueError, match="period"):
+        prefix_matching_score(torch.ones(1, 2, 4, 4), 4)
+    with pytest.raises(TypeError):
+        previous_token_score(torch.ones(1, 2, 4, 4, dtype=torch.long))
+
+
+def test_copying_score_separates_copying_from_suppressing_and_mixing():
+    assert float(copying_score(torch.eye(5))) == pytest.approx(1.0)
+    assert float(copying_score(-2 * torch.eye(5))) == pytest.approx(-1.0)
+    rotation = torch.tensor([[0.0, -1.0], [1.0, 0.0]])  # eigenvalues +-i: neither copies nor suppresses
+    assert abs(float(copying_score(rotation))) < 1e-12
+    mixed = torch.diag(torch.tensor([3.0, 1.0, -1.0]))
+    assert float(copying_score(mixed)) == pytest.approx(3 / 5)
+    basis = torch.randn(4, 4, generator=torch.Generator().manual_seed(0)) + 4 * torch.eye(4)
+    similar = basis @ torch.diag(torch.tensor([1.0, 2.0, 3.0, -1.0])) @ torch.linalg.inv(basis)
+    assert float(copying_score(similar)) == pytest.approx(5 / 7, abs=1e-5)  # a change of basis changes nothing
+    assert copying_score(torch.stack([torch.eye(3), -torch.eye(3)])).tolist() == pytest.approx([1.0, -1.0])
+    with pytest.raises(ValueError, match="square"):
+        copying_score(torch.ones(2, 3))
+    with pytest.raises(ValueError, match="zero"):
+        copying_score(torch.zeros(3, 3))
+
+
+def test_in_context_learning_score_is_late_minus_early():
+    losses = torch.tensor([[4.0, 3.0, 2.0, 1.0], [2.0, 3.0, 2.0, 1.0]])
+    assert in_context_learning_score(losses, 0, 3) == pytest.approx(-2.0)
+    assert in_context_learning_score(losses.flip(1), 0, 3) == pytest.approx(2.0)
+    assert in_context_learning_score(losses, range(0, 2), range(2, 4)) == pytest.approx(1.5 - 3.0)
+    with pytest.raises(ValueError, match="early and late"):
+        in_context_learning_score(losses, 3, 3)
+    with pytest.raises(ValueError, match="early and late"):
+        in_context_learning_score(losses, range(0, 3), range(2, 4))  # the bands overlap
+    with pytest.raises(ValueError, match="late"):
+        in_context_learning_score(losses, 0, range(3, 3))
+
+
+def test_repeat_losses_split_the_first_copy_from_the_later_ones():
+    period = 4
+    losses = torch.tensor([[5.0, 5.0, 5.0, 9.0, 1.0, 1.0, 1.0]])  # positions 0..6 of a length-8 sequence
+    first, later = repeat_losses(losses, period)
+    assert first == 5.0 and later == 1.0  # position P - 1 = 3 (predicting the second copy's first token) is neither
+    with pytest.raises(ValueError, match="period"):
+        repeat_losses(losses, 6)
+
+
+def test_repeated_random_tokens_repeat_exactly():
+    tokens = repeated_random_tokens(3, 5, 7, torch.Generator().manual_seed(1), repeats=3)
+    assert tokens.shape == (3, 15) and torch.equal(tokens[:, :5], tokens[:, 5:10]) and torch.equal(tokens[:, :5], tokens[:, 10:])
+    assert int(tokens.max()) < 7
+    with pytest.raises(TypeError, match="generator"):
+        repeated_random_tokens(3, 5, 7, 0)
