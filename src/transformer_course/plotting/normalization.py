@@ -199,8 +199,60 @@ def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, 
     return figure
 
 
+_DEEP = PALETTE["norm"]
 _CONDITION_STYLE = {("Post-LN", "no warm-up"): (_POST, "--", "o"), ("Post-LN", "warm-up"): (_POST, "-", "s"),
-                    ("Pre-LN", "no warm-up"): (_PRE, "--", "^"), ("Pre-LN", "warm-up"): (_PRE, "-", "D")}
+                    ("Pre-LN", "no warm-up"): (_PRE, "--", "^"), ("Pre-LN", "warm-up"): (_PRE, "-", "D"),
+                    ("DeepNorm", "no warm-up"): (_DEEP, "--", "v"), ("DeepNorm", "warm-up"): (_DEEP, "-", "P")}
+
+
+@exhibit
+def plot_logit_growth(max_logits: Mapping[str, pd.DataFrame], losses: Mapping[str, pd.DataFrame] | None = None,
+                      window: int = 5) -> Figure:
+    """The largest attention logit during training (log scale), one line per seed, one colour per condition.
+
+    Args:
+        max_logits: condition name -> a table indexed by step with one column per seed (e.g. the
+            ``max_logits`` of ``placement_warmup.placement_lr_sweep`` for one condition).
+        losses: optionally the training losses laid out the same way, drawn in a second panel
+            (running mean of ``window`` steps).
+        window: length of the running mean of the loss panel.
+
+    Returns:
+        A figure with one panel (logits) or two (logits, loss); thin lines are seeds, thick ones
+        the medians over the seeds.
+
+    Raises:
+        TypeError: if a table is not a DataFrame.
+        ValueError: if ``max_logits`` is empty, a table is empty, or ``losses`` names other conditions.
+    """
+    if not isinstance(max_logits, Mapping) or not max_logits:
+        raise ValueError("max_logits must be a non-empty mapping of condition -> DataFrame")
+    if losses is not None and (not isinstance(losses, Mapping) or set(losses) != set(max_logits)):
+        raise ValueError(f"losses must name the same conditions as max_logits {sorted(max_logits)}")
+    for table in [*max_logits.values(), *(losses or {}).values()]:
+        if not isinstance(table, pd.DataFrame):
+            raise TypeError(f"every table must be a pandas DataFrame, got {type(table).__name__}")
+        if table.empty:
+            raise ValueError("every table must hold at least one step and one seed")
+    colours = [_POST, _DEEP, _PRE, PALETTE["recurrent"], PALETTE["attention"]]
+    panels = [("largest attention logit q.k / sqrt(Dh)", max_logits, True)]
+    if losses is not None:
+        panels.append((f"training cross-entropy (running mean of {window})",
+                       {name: table.rolling(window, min_periods=1).mean() for name, table in losses.items()}, False))
+    figure = new_figure(5.0 * len(panels), 3.8)
+    axes = np.atleast_1d(figure.subplots(1, len(panels)))
+    for ax, (label, tables, log) in zip(axes, panels):
+        for k, (name, table) in enumerate(tables.items()):
+            colour = colours[k % len(colours)]
+            ax.plot(table.index, table.to_numpy(), color=colour, linewidth=0.8, alpha=0.45)
+            ax.plot(table.index, table.median(axis=1), color=colour, linewidth=2.4,
+                    label=f"{name} (median of {table.shape[1]})")
+        if log:
+            ax.set_yscale("log")
+        ax.set_xlabel("training step")
+        ax.set_ylabel(label)
+    axes[0].legend(frameon=False, fontsize=9, loc="upper left")
+    return figure
 
 
 @exhibit
