@@ -234,7 +234,7 @@ def plot_logit_growth(max_logits: Mapping[str, pd.DataFrame], losses: Mapping[st
             raise TypeError(f"every table must be a pandas DataFrame, got {type(table).__name__}")
         if table.empty:
             raise ValueError("every table must hold at least one step and one seed")
-    colours = [_POST, _DEEP, _PRE, PALETTE["recurrent"], PALETTE["attention"]]
+    colours = [_POST, _PRE, PALETTE["recurrent"], _DEEP, PALETTE["attention"]]  # in the order of ``max_logits``
     panels = [("largest attention logit q.k / sqrt(Dh)", max_logits, True)]
     if losses is not None:
         panels.append((f"training cross-entropy (running mean of {window})",
