@@ -709,7 +709,7 @@ def qk_norm_claims(sweep: PlacementSweep, qk_norm: PlacementSweep) -> list[Claim
     Returns:
         Claims on medians over the seeds: without QK-norm the largest logit grows during training;
         with QK-norm it stays small; QK-norm's run ends with a lower held-out loss; Post-LN
-        without warm-up at that rate ends with far larger logits still.
+        without warm-up at that rate ends with more than twice Pre-LN's largest logit.
     """
     check_instance("sweep", sweep, PlacementSweep, "PlacementSweep")
     check_instance("qk_norm", qk_norm, PlacementSweep, "PlacementSweep")
@@ -723,15 +723,15 @@ def qk_norm_claims(sweep: PlacementSweep, qk_norm: PlacementSweep) -> list[Claim
     pre_loss = loss.xs(("Pre-LN", NO_WARMUP, high), level=["placement", "warm-up", "lr"])
     return [
         Claim(f"Pre-LN, lr {high:g}: median over seeds of (largest logit at the last step / at step 1)",
-              float((without / first).median()), ">", 2.0),
+              float((without / first).median()), ">", 3.0),
         Claim(f"Pre-LN + QK-norm, lr {high:g}: median largest logit at the last step",
-              float(with_qk.median()), "<", 10.0),
+              float(with_qk.median()), "<", 6.0),
         Claim(f"lr {high:g}: median over seeds of largest logit without / with QK-norm, last step",
-              float((without / with_qk).median()), ">", 2.0),
+              float((without / with_qk).median()), ">", 3.0),
         Claim(f"Pre-LN, lr {high:g}: median held-out loss without QK-norm minus with (nats)",
-              float((pre_loss - qk_loss).median()), ">", 0.05),
-        Claim(f"Post-LN, no warm-up, lr {high:g}: median largest logit at the last step",
-              float(post.median()), ">", 30.0),
+              float((pre_loss - qk_loss).median()), ">", 0.15),
+        Claim(f"no warm-up, lr {high:g}: median over seeds of largest logit Post-LN / Pre-LN, last step",
+              float((post / without).median()), ">", 2.0),
     ]
 
 
@@ -744,7 +744,8 @@ def deepnorm_claims(finals: pd.DataFrame, settings: SweepSettings = CHAPTER_SWEE
 
     Returns:
         Claims: without a warm-up at the largest rate DeepNorm ends far below Post-LN and below the
-        position-only baseline; its best median loss over the sweep is not below Pre-LN's.
+        position-only baseline; its best median loss over the sweep is below Post-LN's and above
+        Pre-LN's.
     """
     finals = _check_finals(finals)
     baseline = position_only_baseline(settings.vocab_size, settings.seq_len)[0]
@@ -753,9 +754,11 @@ def deepnorm_claims(finals: pd.DataFrame, settings: SweepSettings = CHAPTER_SWEE
     best = loss.groupby(level="placement").min()
     return [
         Claim(f"lr {high:g}, no warm-up: median loss Post-LN minus DeepNorm (nats)",
-              float(loss[("Post-LN", NO_WARMUP, high)] - loss[(DEEPNORM, NO_WARMUP, high)]), ">", 0.2),
+              float(loss[("Post-LN", NO_WARMUP, high)] - loss[(DEEPNORM, NO_WARMUP, high)]), ">", 0.6),
         Claim(f"DeepNorm, no warm-up, lr {high:g}: median loss below the position-only baseline (nats)",
-              float(baseline - loss[(DEEPNORM, NO_WARMUP, high)]), ">", 0.0),
+              float(baseline - loss[(DEEPNORM, NO_WARMUP, high)]), ">", 0.15),
+        Claim("best median loss over the sweep: Post-LN minus DeepNorm (nats)",
+              float(best["Post-LN"] - best[DEEPNORM]), ">", 0.02),
         Claim("best median loss over the sweep: DeepNorm minus Pre-LN (nats)",
-              float(best[DEEPNORM] - best["Pre-LN"]), ">", 0.0),
+              float(best[DEEPNORM] - best["Pre-LN"]), ">", 0.02),
     ]
