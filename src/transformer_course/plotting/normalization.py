@@ -175,7 +175,7 @@ def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, 
     colours = {"no warm-up": _POST, "warm-up": _PRE}
     placements = list(dict.fromkeys(runs.columns.get_level_values("placement")))
     top = max(chance + 0.6, 1.05 * float(smooth.max().max()))  # room for the chance label and the first steps
-    figure = new_figure(4.3 * len(placements), 3.6)
+    figure = new_figure(min(4.3 * len(placements), 9.0), 3.6)  # at most 9 in wide: 9-pt text stays >= 9 px on the page
     axes = np.atleast_1d(figure.subplots(1, len(placements), sharey=True))
     for ax, placement in zip(axes, placements):
         for (warmup, seed), curve in smooth[placement].items():
@@ -195,7 +195,12 @@ def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, 
         ax.set_xlabel("training step")
         ax.set_ylim(0, top)
     axes[0].set_ylabel(f"cross-entropy (running mean of {window})")
-    axes[0].legend(frameon=False, loc="lower right", title="one line per seed", title_fontsize=9, fontsize=9)
+    if len(placements) > 2:  # narrow panels: the legend goes under them
+        handles, labels = axes[0].get_legend_handles_labels()
+        figure.legend(handles, labels, frameon=False, loc="outside lower center", ncol=2, title="one line per seed",
+                      title_fontsize=9, fontsize=9)
+    else:
+        axes[0].legend(frameon=False, loc="lower right", title="one line per seed", title_fontsize=9, fontsize=9)
     return figure
 
 
@@ -251,7 +256,7 @@ def plot_logit_growth(max_logits: Mapping[str, pd.DataFrame], losses: Mapping[st
             ax.set_yscale("log")
         ax.set_xlabel("training step")
         ax.set_ylabel(label)
-    axes[0].legend(frameon=False, fontsize=9, loc="upper left")
+    axes[0].legend(frameon=False, fontsize=10, loc="upper left")
     return figure
 
 
