@@ -83,12 +83,14 @@ def test_post_ln_needs_the_warm_up_at_this_learning_rate():
 
 # --- the learning-rate sweep, the position-only baseline, Adam's first step and the claims -----------
 
+import dataclasses
 import itertools
 
 import torch
 
 from transformer_course.experiments.gradient_flow import layer_gradient_norms
 from transformer_course.experiments.placement_warmup import (CHAPTER_SWEEP, SweepSettings, best_learning_rates,
+                                                             deepnorm_claims, qk_norm_claims, qk_norm_runs, sweep_model,
                                                              first_adam_step, first_step_claims, first_step_ensemble,
                                                              gradient_norm_ensemble, gradient_profile_claims,
                                                              placement_lr_sweep, position_only_baseline,
@@ -141,19 +143,25 @@ def test_sweep_settings_validation():
 
 
 def test_placement_lr_sweep_tables():
-    sweep = placement_lr_sweep([0, 1], TINY_SWEEP)
-    assert sweep.curves.shape == (3, 16) and list(sweep.curves.columns.names) == ["placement", "warm-up", "lr", "seed"]
-    assert len(sweep.finals) == 16 and sweep.finals["accuracy"].between(0, 1).all()
+    sweep = placement_lr_sweep([0, 1], TINY_SWEEP)  # Post-LN, Pre-LN, DeepNorm x 2 warm-ups x 2 lrs x 2 seeds
+    assert sweep.curves.shape == (3, 24) and list(sweep.curves.columns.names) == ["placement", "warm-up", "lr", "seed"]
+    assert sweep.max_logits.shape == (3, 24) and list(sweep.max_logits.columns) == list(sweep.curves.columns)
+    assert len(sweep.finals) == 24 and sweep.finals["accuracy"].between(0, 1).all()
+    assert list(dict.fromkeys(sweep.finals["placement"])) == ["Post-LN", "Pre-LN", "DeepNorm"]
     post = sweep.curves["Post-LN"]
     assert post[("no warm-up", 3e-2, 0)].iloc[0] == post[("warm-up", 3e-2, 0)].iloc[0]  # same weights and batch
     assert post[("no warm-up", 3e-2, 0)].iloc[1] != post[("no warm-up", 1e-3, 0)].iloc[1]  # the lr acts
     again = placement_lr_sweep([1], TINY_SWEEP)  # a seed's runs do not depend on the other seeds
     pd.testing.assert_frame_equal(again.finals, sweep.finals[sweep.finals["seed"] == 1].reset_index(drop=True))
     table = sweep_table(sweep.finals)
-    assert table.shape == (4, 2) and list(table.columns) == ["lr 0.001", "lr 0.03"]
+    assert table.shape == (6, 2) and list(table.columns) == ["lr 0.001", "lr 0.03"]
     assert "[" in table.iloc[0, 0] and "%" in sweep_table(sweep.finals, "accuracy").iloc[0, 0]
     best = best_learning_rates(sweep.finals)
-    assert set(best["best lr"]) <= {1e-3, 3e-2} and best.shape == (4, 3)
+    assert set(best["best lr"]) <= {1e-3, 3e-2} and best.shape == (6, 3)
+    two = placement_lr_sweep([0], dataclasses.replace(TINY_SWEEP, placements=("Post-LN", "Pre-LN")))
+    assert set(two.finals["placement"]) == {"Post-LN", "Pre-LN"}
+    with pytest.raises(ValueError, match="placements must be a non-empty tuple"):
+        dataclasses.replace(TINY_SWEEP, placements=("Post-LN", "Sandwich"))
     with pytest.raises(ValueError, match="metric must be one of"):
         sweep_table(sweep.finals, "perplexity")
     with pytest.raises(ValueError, match="finals must be the non-empty finals table"):
@@ -242,3 +250,66 @@ def test_gradient_norm_ensemble_and_claims():
     assert all(claim.holds for claim in gradient_profile_claims(rising, top=2))
     swapped = rising.rename(columns={"Post-LN": "Pre-LN", "Pre-LN": "Post-LN"})
     assert not any(claim.holds for claim in gradient_profile_claims(swapped, top=2))
+
+
+def test_sweep_model_deepnorm_is_post_ln_with_scaled_weights():
+    from transformer_course.nn.layers import deepnorm_constants
+
+    post, deep = sweep_model("Post-LN", 3, TINY_SWEEP), sweep_model("DeepNorm", 3, TINY_SWEEP)
+    alpha, beta = deepnorm_constants(TINY_SWEEP.num_layers)
+    assert all(layer.alpha == alpha for layer in deep.encoder.layers)
+    for (name, p), q in zip(post.named_parameters(), deep.parameters()):
+        scaled = any(part in name for part in ("v_proj.weight", "out_proj.weight", "linear1.weight", "linear2.weight"))
+        assert torch.equal(q, beta * p if scaled else p), name  # the same draws, beta-scaled where DeepNorm says
+    qk = sweep_model("Pre-LN", 3, TINY_SWEEP, qk_norm="layernorm")
+    pre = dict(sweep_model("Pre-LN", 3, TINY_SWEEP).named_parameters())
+    for name, p in qk.named_parameters():
+        assert torch.equal(p, pre[name]) if name in pre else ".norm." in name
+    with pytest.raises(ValueError, match="placement must be one of"):
+        sweep_model("Sandwich", 0)
+
+
+def test_qk_norm_runs_share_the_sweeps_draws_and_claims():
+    sweep = placement_lr_sweep([0, 1], TINY_SWEEP)
+    qk = qk_norm_runs([0, 1], TINY_SWEEP)
+    assert qk.curves.shape == (3, 2) and set(qk.finals["placement"]) == {"Pre-LN + QK-norm"}
+    assert (qk.finals["lr"] == TINY_SWEEP.high_lr).all()
+    assert bool(qk.max_logits.notna().all().all()) and bool(qk.curves.notna().all().all())
+    claims = qk_norm_claims(sweep, qk)
+    assert len(claims) == 5 and all(isinstance(c.value, float) for c in claims)
+    with pytest.raises(TypeError, match="qk_norm must be"):
+        qk_norm_claims(sweep, qk.finals)
+
+
+def test_qk_norm_and_deepnorm_claims_fail_when_they_should():
+    sweep = placement_lr_sweep([0, 1], TINY_SWEEP)
+    qk = qk_norm_runs([0, 1], TINY_SWEEP)
+    high = TINY_SWEEP.high_lr
+    # Pretend QK-norm's logits grew as much as the plain runs': the bound and the ratio claims fail.
+    grown = dataclasses.replace(qk, max_logits=qk.max_logits * 0 + 1e3)
+    claims = qk_norm_claims(sweep, grown)
+    assert not claims[1].holds and not claims[2].holds
+    # DeepNorm's finals made equal to Post-LN's: the first DeepNorm claim fails.
+    finals = sweep.finals.copy()
+    post = finals[finals["placement"] == "Post-LN"]["loss"].to_numpy()
+    finals.loc[finals["placement"] == "DeepNorm", "loss"] = post
+    finals.loc[(finals["placement"] == "Post-LN") & (finals["lr"] == high), "loss"] = 1.0
+    assert not deepnorm_claims(finals, TINY_SWEEP)[0].holds
+
+
+def test_plot_logit_growth():
+    from transformer_course.plotting.normalization import plot_logit_growth
+
+    steps = pd.RangeIndex(1, 6, name="step")
+    grows = pd.DataFrame({seed: [4.0 * 2 ** k for k in range(5)] for seed in range(3)}, index=steps)
+    flat = pd.DataFrame({seed: [4.0] * 5 for seed in range(3)}, index=steps)
+    fig = plot_logit_growth({"Pre-LN": grows, "Pre-LN + QK-norm": flat}, {"Pre-LN": flat, "Pre-LN + QK-norm": flat})
+    assert isinstance(fig, Figure) and len(fig.axes) == 2 and fig.axes[0].get_yscale() == "log"
+    assert len(fig.axes[0].lines) == 2 * (3 + 1)  # every seed and a median per condition
+    assert len(plot_logit_growth({"Pre-LN": grows}).axes) == 1
+    with pytest.raises(ValueError, match="losses must name the same conditions"):
+        plot_logit_growth({"Pre-LN": grows}, {"other": flat})
+    with pytest.raises(ValueError, match="non-empty mapping"):
+        plot_logit_growth({})
+    with pytest.raises(TypeError, match="must be a pandas DataFrame"):
+        plot_logit_growth({"Pre-LN": grows.to_numpy()})

@@ -84,3 +84,32 @@ def test_round_times_and_machine_peaks():
         machine_peaks(copy_megabytes=0)
     with pytest.raises(ValueError, match="expansion"):
         time_block_components(8, 16, num_heads=2, expansion=1.03)
+
+
+def test_training_step_mfu_counts_times_and_leaves_the_weights_alone():
+    from transformer_course.measure.cost import measure_training_flops
+    from transformer_course.measure.timing import training_step_mfu
+    from transformer_course.nn.model import Encoder
+
+    torch.manual_seed(0)
+    model = Encoder(1, 16, 2, 32)
+    x = torch.randn(2, 8, 16)
+    before = [p.detach().clone() for p in model.parameters()]
+    result = training_step_mfu(model, x, peak_flops=1e9, repeats=2)
+    counted = measure_training_flops(model, x)["total"]
+    assert result["model FLOPs per step"] == counted == 3 * 2 * block_flops(8, 16, 2, num_heads=2)["total"]  # B = 2, e = 2
+    assert result["step time (s)"] > 0
+    assert result["achieved FLOP/s"] == pytest.approx(counted / result["step time (s)"])
+    assert result["MFU"] == pytest.approx(result["achieved FLOP/s"] / 1e9)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))  # Adam at lr 0: no change
+    assert all(p.grad is None for p in model.parameters())
+    given = training_step_mfu(model, x, peak_flops=2e9, flops=1000, repeats=1)
+    assert given["model FLOPs per step"] == 1000 and given["peak FLOP/s"] == 2e9
+    with pytest.raises(ValueError, match="peak_flops must be"):
+        training_step_mfu(model, x, peak_flops=0.0)
+    with pytest.raises(TypeError, match="x must be a floating torch.Tensor"):
+        training_step_mfu(model, torch.ones(2, 8, 16, dtype=torch.long), peak_flops=1e9)
+    with pytest.raises(TypeError, match="module must be"):
+        training_step_mfu("model", x, peak_flops=1e9)
+    with pytest.raises(ValueError, match="flops must be >= 1"):
+        training_step_mfu(model, x, peak_flops=1e9, flops=0)

@@ -155,18 +155,21 @@ class SortingEncoder(nn.Module):
         vocab_size: number of token ids V.
         num_layers, d_model, num_heads, d_ff, norm_first: passed on to ``Encoder``.
         max_len: longest sequence the positional table covers.
+        qk_norm, deepnorm_alpha: passed on to ``Encoder`` (QK-norm; DeepNorm's residual weight).
 
     Shape:
         tokens (B, T) -> logits (B, T, V).
     """
 
     def __init__(self, vocab_size: int, num_layers: int, d_model: int, num_heads: int, d_ff: int,
-                 norm_first: bool, max_len: int = 64) -> None:
+                 norm_first: bool, max_len: int = 64, qk_norm: str | None = None,
+                 deepnorm_alpha: float | None = None) -> None:
         super().__init__()
         self.d_model = check_int("d_model", d_model, minimum=1)
         self.embed = nn.Embedding(check_int("vocab_size", vocab_size, minimum=2), d_model)
         self.positional = SinusoidalPositionalEncoding(d_model, max_len, 0.0)
-        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=norm_first)
+        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=norm_first,
+                               qk_norm=qk_norm, deepnorm_alpha=deepnorm_alpha)
         self.head = nn.Linear(d_model, vocab_size)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

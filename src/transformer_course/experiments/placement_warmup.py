@@ -27,6 +27,7 @@ from transformer_course._exhibit import exhibit
 from transformer_course._validation import (check_bool, check_choice, check_instance, check_int,
                                             check_positive_float)
 from transformer_course.measure.timing import threads
+from transformer_course.nn.layers import deepnorm_constants, deepnorm_init_
 from transformer_course.nn.model import Encoder
 from .gradient_flow import (PLACEMENTS, SortingEncoder, init_xavier_, layer_gradient_norms, probe_batch, sorting_batch,
                             sorting_loss)
@@ -35,6 +36,8 @@ from .stacked import StackedSortingEncoders, fit_stacked, stacked_sorting_loss
 from .training import fit, seeded
 
 NO_WARMUP, WARMUP = "no warm-up", "warm-up"
+DEEPNORM, QK_NORM = "DeepNorm", "Pre-LN + QK-norm"
+SWEEP_PLACEMENTS = {"Post-LN": False, "Pre-LN": True, DEEPNORM: False}  # placement -> norm_first
 
 
 def chance_loss(vocab_size: int) -> float:
@@ -184,8 +187,14 @@ class SweepSettings:
     batch_size: int = 32
     eval_size: int = 512
     high_lr: float = 3e-2  # where the chapter compares the conditions; must be one of ``lrs``
+    placements: tuple[str, ...] = ("Post-LN", "Pre-LN", DEEPNORM)
 
     def __post_init__(self) -> None:
+        if (not isinstance(self.placements, tuple) or not self.placements
+                or any(p not in SWEEP_PLACEMENTS for p in self.placements)
+                or len(set(self.placements)) != len(self.placements)):
+            raise ValueError(f"placements must be a non-empty tuple of distinct names from "
+                             f"{tuple(SWEEP_PLACEMENTS)}, got {self.placements!r}")
         if not isinstance(self.lrs, tuple) or not self.lrs:
             raise ValueError(f"lrs must be a non-empty tuple of learning rates, got {self.lrs!r}")
         object.__setattr__(self, "lrs", tuple(check_positive_float("lrs", lr) for lr in self.lrs))
@@ -204,7 +213,42 @@ class SweepSettings:
 CHAPTER_SWEEP = SweepSettings()
 ENSEMBLE_SIZE = 8  # seeds per ensemble in the chapter (SEED .. SEED + 7) and its calibration
 GRADIENT_DEPTH = 24  # layers of the stacks whose gradients the chapter measures at initialization
-CONDITIONS = tuple((placement, warmup) for placement in PLACEMENTS for warmup in (NO_WARMUP, WARMUP))
+CONDITIONS = tuple((placement, warmup) for placement in SWEEP_PLACEMENTS for warmup in (NO_WARMUP, WARMUP))
+
+
+def sweep_model(placement: str, seed: int, settings: SweepSettings = CHAPTER_SWEEP,
+                qk_norm: str | None = None) -> SortingEncoder:
+    """The freshly initialized ``SortingEncoder`` of one run of the sweep: Xavier init, drawn from ``seed``.
+
+    "Post-LN" and "Pre-LN" differ only in ``norm_first``. "DeepNorm" is the Post-LN model with
+    every residual weighted by alpha and the FFN, value and output weights scaled by beta,
+    (alpha, beta) = ``nn.layers.deepnorm_constants(num_layers)``: the same draws as the Post-LN
+    model of the same seed, so the comparison isolates DeepNorm. ``qk_norm`` adds QK-norm without
+    changing the other weights' draws (the norms start at gamma = 1, beta = 0).
+
+    Args:
+        placement: "Post-LN", "Pre-LN" or "DeepNorm".
+        seed: seeds the weights.
+        settings: the sizes.
+        qk_norm: None or "layernorm".
+
+    Returns:
+        The model, on the CPU.
+
+    Raises:
+        TypeError, ValueError: on an unknown placement or a bad seed.
+
+    Wang et al., 2022, "DeepNet: Scaling Transformers to 1,000 Layers", section 3.
+    """
+    check_choice("placement", placement, tuple(SWEEP_PLACEMENTS))
+    check_int("seed", seed, minimum=0)
+    s = settings
+    alpha, beta = deepnorm_constants(s.num_layers)
+    with seeded(seed):
+        model = init_xavier_(SortingEncoder(s.vocab_size, s.num_layers, s.d_model, s.num_heads, s.d_ff,
+                                            SWEEP_PLACEMENTS[placement], max_len=s.seq_len, qk_norm=qk_norm,
+                                            deepnorm_alpha=alpha if placement == DEEPNORM else None))
+    return deepnorm_init_(model, beta) if placement == DEEPNORM else model
 
 
 @dataclass(frozen=True)
@@ -217,11 +261,14 @@ class PlacementSweep:
             cross-entropy and the per-token accuracy on the sorted tokens of a held-out batch,
             measured after the last step.
         settings: the ``SweepSettings`` that produced them.
+        max_logits: the largest attention logit of every run at every step (over layers, heads,
+            batch and positions, on that step's batch), laid out as ``curves``.
     """
 
     curves: pd.DataFrame
     finals: pd.DataFrame
     settings: SweepSettings
+    max_logits: pd.DataFrame
 
 
 def _held_out_batch(seed: int, settings: SweepSettings) -> tuple[torch.Tensor, torch.Tensor]:
@@ -262,37 +309,107 @@ def placement_lr_sweep(seeds: Iterable[int], settings: SweepSettings = CHAPTER_S
         raise ValueError("seeds must hold at least one seed, got none")
     check_instance("settings", settings, SweepSettings, "SweepSettings")
     s = settings
-    members = [(warmup, lr) for warmup in (NO_WARMUP, WARMUP) for lr in s.lrs]  # the runs of one (placement, seed)
-    curves, rows = {}, []
-    pairs = [(placement, seed) for placement in PLACEMENTS for seed in seeds]
-    for placement, seed in tqdm(pairs, disable=not progress, desc="runs", leave=False):
-        with seeded(seed):
-            single = init_xavier_(SortingEncoder(s.vocab_size, s.num_layers, s.d_model, s.num_heads, s.d_ff,
-                                                 PLACEMENTS[placement], max_len=s.seq_len))
-        model = StackedSortingEncoders([single] * len(members)).to(device)
-        generator = torch.Generator().manual_seed(seed)  # the batches fit(seed=seed) would draw
-
-        def make_batch() -> tuple[torch.Tensor, torch.Tensor]:
-            tokens, targets = sorting_batch(generator, s.batch_size, s.seq_len, s.vocab_size)  # (B, T) each
-            expand = (len(members), -1, -1)
-            return tokens.expand(*expand).to(device), targets.expand(*expand).to(device)  # (E, B, T) each
-
-        losses = fit_stacked(model, make_batch, s.steps, [lr for _, lr in members],
-                             [s.warmup_steps if warmup == WARMUP else 0 for warmup, _ in members])  # (steps, E)
-        tokens, targets = _held_out_batch(seed, s)
-        with torch.no_grad():
-            logits = model(tokens.expand(len(members), -1, -1).to(device)).cpu()  # (E, B, T, V)
-        held_out = stacked_sorting_loss(logits, targets.expand(len(members), -1, -1))  # (E,)
-        accuracy = (logits.argmax(dim=-1) == targets).float().flatten(1).mean(dim=1)  # (E,)
-        for index, (warmup, lr) in enumerate(members):
+    schedules = [(warmup, lr) for warmup in (NO_WARMUP, WARMUP) for lr in s.lrs]  # the runs of one (placement, seed)
+    groups = [[p for p in s.placements if SWEEP_PLACEMENTS[p] == norm_first] for norm_first in (False, True)]
+    groups = [group for group in groups if group]  # Post-LN and DeepNorm share a stack (same norm_first)
+    curves, logits, rows = {}, {}, []
+    pairs = [(group, seed) for group in groups for seed in seeds]
+    for group, seed in tqdm(pairs, disable=not progress, desc="runs", leave=False):
+        members = [(placement, warmup, lr) for placement in group for warmup, lr in schedules]
+        singles = {placement: sweep_model(placement, seed, s) for placement in group}
+        model = StackedSortingEncoders([singles[placement] for placement, _, _ in members]).to(device)
+        losses, max_logits = _fit_members(model, [seed] * len(members), s, [lr for _, _, lr in members],
+                                          [s.warmup_steps if warmup == WARMUP else 0 for _, warmup, _ in members],
+                                          device)
+        held_out, accuracy = _held_out(model, [seed] * len(members), s, device)
+        for index, (placement, warmup, lr) in enumerate(members):
             curves[(placement, warmup, lr, seed)] = losses[:, index].tolist()
+            logits[(placement, warmup, lr, seed)] = max_logits[:, index].tolist()
             rows.append({"placement": placement, "warm-up": warmup, "lr": lr, "seed": seed,
                          "loss": float(held_out[index]), "accuracy": float(accuracy[index])})
-    order = [(placement, warmup, lr, seed) for placement, warmup in CONDITIONS for lr in s.lrs for seed in seeds]
-    curves = pd.DataFrame({key: curves[key] for key in order}, index=pd.RangeIndex(1, s.steps + 1, name="step"))
-    curves.columns.names = ["placement", "warm-up", "lr", "seed"]
+    order = [(placement, warmup, lr, seed) for placement in s.placements for warmup in (NO_WARMUP, WARMUP)
+             for lr in s.lrs for seed in seeds]
+    return _sweep_result(curves, logits, rows, order, s)
+
+
+def _fit_members(model: StackedSortingEncoders, seeds: list[int], s: SweepSettings, lrs: list[float],
+                 warmups: list[int], device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Train the stacked members, member e on the batches ``fit(seed=seeds[e])`` would draw; (steps, E) losses and max logits."""
+    generators = {seed: torch.Generator().manual_seed(seed) for seed in dict.fromkeys(seeds)}
+    columns = {seed: [e for e, member_seed in enumerate(seeds) if member_seed == seed] for seed in generators}
+
+    def make_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = torch.empty(len(seeds), s.batch_size, s.seq_len, dtype=torch.long)  # (E, B, T)
+        targets = torch.empty_like(tokens)  # (E, B, T)
+        for seed, generator in generators.items():  # one draw per seed, shared by that seed's members
+            tokens[columns[seed]], targets[columns[seed]] = sorting_batch(generator, s.batch_size, s.seq_len,
+                                                                          s.vocab_size)
+        return tokens.to(device), targets.to(device)
+
+    return fit_stacked(model, make_batch, s.steps, lrs, warmups, record_max_logit=True)
+
+
+def _held_out(model: StackedSortingEncoders, seeds: list[int], s: SweepSettings,
+              device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each member's cross-entropy and accuracy on its seed's held-out batch: (E,) each."""
+    batches = [_held_out_batch(seed, s) for seed in seeds]
+    tokens, targets = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])  # (E, B, T)
+    with torch.no_grad():
+        logits = model(tokens.to(device)).cpu()  # (E, B, T, V)
+    accuracy = (logits.argmax(dim=-1) == targets).float().flatten(1).mean(dim=1)  # (E,)
+    return stacked_sorting_loss(logits, targets), accuracy
+
+
+def _sweep_result(curves: dict, logits: dict, rows: list[dict], order: list[tuple], s: SweepSettings) -> PlacementSweep:
+    index = pd.RangeIndex(1, s.steps + 1, name="step")
+    tables = []
+    for values in (curves, logits):
+        table = pd.DataFrame({key: values[key] for key in order}, index=index)
+        table.columns.names = ["placement", "warm-up", "lr", "seed"]
+        tables.append(table)
     finals = pd.DataFrame(rows).set_index(["placement", "warm-up", "lr", "seed"]).loc[order].reset_index()
-    return PlacementSweep(curves, finals, s)
+    return PlacementSweep(tables[0], finals, s, tables[1])
+
+
+def qk_norm_runs(seeds: Iterable[int], settings: SweepSettings = CHAPTER_SWEEP, progress: bool = False,
+                 device: torch.device | str = "cpu") -> PlacementSweep:
+    """The sweep's Pre-LN runs without warm-up at ``settings.high_lr``, with QK-norm ("layernorm").
+
+    Each seed's run has the initial weights (QK-norm's norms aside), the training batches and the
+    held-out batch of that seed's Pre-LN run of ``placement_lr_sweep``: the two differ only in
+    QK-norm. The seeds are trained side by side as one stacked model.
+
+    Args:
+        seeds: the ensemble.
+        settings: the sweep's settings.
+        progress: unused (one stacked model); accepted for symmetry with ``placement_lr_sweep``.
+        device: where to train.
+
+    Returns:
+        A ``PlacementSweep`` whose placement is "Pre-LN + QK-norm", warm-up "no warm-up", lr
+        ``settings.high_lr``.
+
+    Raises:
+        TypeError, ValueError: as ``placement_lr_sweep``.
+
+    Dehghani et al., 2023, "Scaling Vision Transformers to 22 Billion Parameters", section 2;
+    Wortsman et al., 2023, "Small-scale proxies for large-scale Transformer training instabilities".
+    """
+    seeds = [check_int("seeds", seed, minimum=0) for seed in seeds]
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed, got none")
+    check_instance("settings", settings, SweepSettings, "SweepSettings")
+    s = settings
+    model = StackedSortingEncoders([sweep_model("Pre-LN", seed, s, qk_norm="layernorm") for seed in seeds]).to(device)
+    losses, max_logits = _fit_members(model, seeds, s, [s.high_lr] * len(seeds), [0] * len(seeds), device)
+    held_out, accuracy = _held_out(model, seeds, s, device)
+    curves, logits, rows = {}, {}, []
+    for index, seed in enumerate(seeds):
+        key = (QK_NORM, NO_WARMUP, s.high_lr, seed)
+        curves[key], logits[key] = losses[:, index].tolist(), max_logits[:, index].tolist()
+        rows.append({"placement": QK_NORM, "warm-up": NO_WARMUP, "lr": s.high_lr, "seed": seed,
+                     "loss": float(held_out[index]), "accuracy": float(accuracy[index])})
+    return _sweep_result(curves, logits, rows, [(QK_NORM, NO_WARMUP, s.high_lr, seed) for seed in seeds], s)
 
 
 def _check_finals(finals: object) -> pd.DataFrame:
@@ -572,4 +689,76 @@ def sweep_claims(finals: pd.DataFrame, settings: SweepSettings = CHAPTER_SWEEP) 
               warmup_cost, ">", 0.05),
         Claim("best median loss over the sweep: Post-LN minus Pre-LN (nats)",
               float(best["Post-LN"] - best["Pre-LN"]), ">", 0.05),
+    ]
+
+
+def _final_max_logits(max_logits: pd.DataFrame, placement: str, warmup: str, lr: float) -> pd.Series:
+    """The largest attention logit at the last step of every seed's run of one condition (indexed by seed)."""
+    return max_logits.iloc[-1].xs((placement, warmup, lr), level=["placement", "warm-up", "lr"])
+
+
+def qk_norm_claims(sweep: PlacementSweep, qk_norm: PlacementSweep) -> list[Claim]:
+    """The conclusions drawn from attention-logit growth, without QK-norm (the sweep) and with it.
+
+    Both at the sweep's largest learning rate, Pre-LN, no warm-up, on the same seeds.
+
+    Args:
+        sweep: ``placement_lr_sweep``'s result (with its ``max_logits``).
+        qk_norm: ``qk_norm_runs``'s result on the same seeds and settings.
+
+    Returns:
+        Claims on medians over the seeds: without QK-norm the largest logit grows during training;
+        with QK-norm it stays small; QK-norm's run ends with a lower held-out loss; Post-LN
+        without warm-up at that rate ends with more than twice Pre-LN's largest logit.
+    """
+    check_instance("sweep", sweep, PlacementSweep, "PlacementSweep")
+    check_instance("qk_norm", qk_norm, PlacementSweep, "PlacementSweep")
+    high = sweep.settings.high_lr
+    without = _final_max_logits(sweep.max_logits, "Pre-LN", NO_WARMUP, high)
+    first = sweep.max_logits.iloc[0].xs(("Pre-LN", NO_WARMUP, high), level=["placement", "warm-up", "lr"])
+    with_qk = _final_max_logits(qk_norm.max_logits, QK_NORM, NO_WARMUP, high)
+    post = _final_max_logits(sweep.max_logits, "Post-LN", NO_WARMUP, high)
+    loss = sweep.finals.set_index(["placement", "warm-up", "lr", "seed"])["loss"]
+    qk_loss = qk_norm.finals.set_index("seed")["loss"]
+    pre_loss = loss.xs(("Pre-LN", NO_WARMUP, high), level=["placement", "warm-up", "lr"])
+    return [
+        Claim(f"Pre-LN, lr {high:g}: median over seeds of (largest logit at the last step / at step 1)",
+              float((without / first).median()), ">", 3.0),
+        Claim(f"Pre-LN + QK-norm, lr {high:g}: median largest logit at the last step",
+              float(with_qk.median()), "<", 6.0),
+        Claim(f"lr {high:g}: median over seeds of largest logit without / with QK-norm, last step",
+              float((without / with_qk).median()), ">", 3.0),
+        Claim(f"Pre-LN, lr {high:g}: median held-out loss without QK-norm minus with (nats)",
+              float((pre_loss - qk_loss).median()), ">", 0.15),
+        Claim(f"no warm-up, lr {high:g}: median over seeds of largest logit Post-LN / Pre-LN, last step",
+              float((post / without).median()), ">", 2.0),
+    ]
+
+
+def deepnorm_claims(finals: pd.DataFrame, settings: SweepSettings = CHAPTER_SWEEP) -> list[Claim]:
+    """What the sweep shows about DeepNorm against plain Post-LN (and Pre-LN), as claims on medians over seeds.
+
+    Args:
+        finals: ``PlacementSweep.finals`` of a run with ``settings`` (DeepNorm among its placements).
+        settings: the sweep's settings.
+
+    Returns:
+        Claims: without a warm-up at the largest rate DeepNorm ends far below Post-LN and below the
+        position-only baseline; its best median loss over the sweep is below Post-LN's and above
+        Pre-LN's.
+    """
+    finals = _check_finals(finals)
+    baseline = position_only_baseline(settings.vocab_size, settings.seq_len)[0]
+    loss = finals.groupby(["placement", "warm-up", "lr"])["loss"].median()
+    high = settings.high_lr
+    best = loss.groupby(level="placement").min()
+    return [
+        Claim(f"lr {high:g}, no warm-up: median loss Post-LN minus DeepNorm (nats)",
+              float(loss[("Post-LN", NO_WARMUP, high)] - loss[(DEEPNORM, NO_WARMUP, high)]), ">", 0.6),
+        Claim(f"DeepNorm, no warm-up, lr {high:g}: median loss below the position-only baseline (nats)",
+              float(baseline - loss[(DEEPNORM, NO_WARMUP, high)]), ">", 0.15),
+        Claim("best median loss over the sweep: Post-LN minus DeepNorm (nats)",
+              float(best["Post-LN"] - best[DEEPNORM]), ">", 0.02),
+        Claim("best median loss over the sweep: DeepNorm minus Pre-LN (nats)",
+              float(best[DEEPNORM] - best["Pre-LN"]), ">", 0.02),
     ]

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_course._validation import check_int, check_positive_float
+from transformer_course._validation import check_bool, check_int, check_positive_float
 from transformer_course.measure.timing import threads
 from transformer_course.nn.positional import sinusoidal_encoding
 from .gradient_flow import SortingEncoder
@@ -40,11 +40,18 @@ class StackedSortingEncoders(nn.Module):
 
     Args:
         models: E ``SortingEncoder`` instances of the same sizes and placement (ReLU FFN, no
-            dropout); their current weights are copied.
+            dropout); their current weights are copied. Post-LN members may mix plain layers and
+            DeepNorm layers (each member keeps its own residual weight alpha); QK-norm must be off
+            in all of them or "layernorm" in all.
+
+    Attributes:
+        track_logits: when True, every forward pass computes the attention scores explicitly and
+            stores in ``max_logit`` (E,) each member's largest attention logit q.k / sqrt(Dh)
+            over its layers, heads, batch and positions.
 
     Raises:
         TypeError: if ``models`` holds something other than ``SortingEncoder`` instances.
-        ValueError: if it is empty or the models differ in size or placement.
+        ValueError: if it is empty or the models differ in size, placement or QK-norm.
     """
 
     def __init__(self, models: Sequence[SortingEncoder]) -> None:
@@ -68,6 +75,13 @@ class StackedSortingEncoders(nn.Module):
             raise ValueError("models must all have the same sizes and the same placement (norm_first)")
         if any(layer.feed_forward.activation != "relu" for layer in layers):
             raise ValueError("models must use the ReLU feed-forward of SortingEncoder")
+        qk_norms = {layer.self_attn.qk_norm for m in models for layer in m.encoder.layers}
+        if len(qk_norms) != 1 or not qk_norms <= {None, "layernorm"}:
+            raise ValueError(f"models must all have qk_norm None or all 'layernorm', got {sorted(map(str, qk_norms))}")
+        self.qk_norm = qk_norms.pop()
+        self.register_buffer("alpha", torch.tensor([float(getattr(m.encoder.layers[0], "alpha", 1.0))
+                                                    for m in models])[:, None, None], persistent=False)  # (E, 1, 1)
+        self.track_logits, self.max_logit = False, None
         self.register_buffer("pe", sinusoidal_encoding(first.positional.max_len, self.d_model), persistent=False)
 
         def stacked(get: Callable[[SortingEncoder], torch.Tensor]) -> nn.Parameter:
@@ -88,6 +102,11 @@ class StackedSortingEncoders(nn.Module):
             for name in ("norm1", "norm2"):
                 layer[f"{name}_weight"] = stacked(lambda m, n=name: getattr(m.encoder.layers[i], n).weight)
                 layer[f"{name}_bias"] = stacked(lambda m, n=name: getattr(m.encoder.layers[i], n).bias)
+            if self.qk_norm is not None:  # (E, Dh) each: the query and key norms of QK-norm
+                for name in ("q_proj", "k_proj"):
+                    norm = lambda m, n=name: getattr(m.encoder.layers[i].self_attn, n).norm  # noqa: E731
+                    layer[f"{name}_norm_weight"] = stacked(lambda m, get=norm: get(m).weight)
+                    layer[f"{name}_norm_bias"] = stacked(lambda m, get=norm: get(m).bias)
             self.layers.append(layer)
         if self.norm_first:
             self.final_norm_weight = stacked(lambda m: m.encoder.norm.weight)  # (E, D)
@@ -109,9 +128,18 @@ class StackedSortingEncoders(nn.Module):
 
         def heads(name: str) -> torch.Tensor:
             y = self._linear(x, layer[f"{name}_weight"], layer[f"{name}_bias"])  # (E, B*T, D)
-            return y.view(e * b, t, h, dh).transpose(1, 2)  # (E*B, H, T, Dh)
+            if self.qk_norm is not None and name != "v_proj":  # each head's Dh features normalized
+                y = self._norm(y.view(e, b * t * h, dh), layer[f"{name}_norm_weight"], layer[f"{name}_norm_bias"])
+            return y.reshape(e * b, t, h, dh).transpose(1, 2)  # (E*B, H, T, Dh)
 
-        out = F.scaled_dot_product_attention(heads("q_proj"), heads("k_proj"), heads("v_proj"))  # (E*B, H, T, Dh)
+        q, k, v = heads("q_proj"), heads("k_proj"), heads("v_proj")  # (E*B, H, T, Dh) each
+        if self.track_logits:  # the scores written out, to record the largest
+            scores = q @ k.transpose(-2, -1) / math.sqrt(dh)  # (E*B, H, T, T)
+            largest = scores.detach().reshape(e, -1).amax(dim=1)  # (E,)
+            self.max_logit = largest if self.max_logit is None else torch.maximum(self.max_logit, largest)
+            out = scores.softmax(dim=-1) @ v  # (E*B, H, T, Dh)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v)  # (E*B, H, T, Dh)
         out = out.transpose(1, 2).reshape(e, b * t, self.d_model)  # (E, B*T, D)
         return self._linear(out, layer["out_proj_weight"], layer["out_proj_bias"])  # (E, B*T, D)
 
@@ -124,13 +152,15 @@ class StackedSortingEncoders(nn.Module):
         members = torch.arange(e, device=tokens.device)[:, None, None]  # (E, 1, 1)
         x = self.embed[members, tokens] * math.sqrt(self.d_model) + self.pe[:t]  # (E, B, T, D)
         x = x.reshape(e, b * t, self.d_model)  # (E, B*T, D)
+        self.max_logit = None
+        alpha = self.alpha  # (E, 1, 1): DeepNorm's residual weight, 1 for plain Post-LN
         for layer in self.layers:
             if self.norm_first:
                 x = x + self._attention(self._norm(x, layer["norm1_weight"], layer["norm1_bias"]), layer, b, t)
                 x = x + self._feed_forward(self._norm(x, layer["norm2_weight"], layer["norm2_bias"]), layer)
             else:
-                x = self._norm(x + self._attention(x, layer, b, t), layer["norm1_weight"], layer["norm1_bias"])
-                x = self._norm(x + self._feed_forward(x, layer), layer["norm2_weight"], layer["norm2_bias"])
+                x = self._norm(alpha * x + self._attention(x, layer, b, t), layer["norm1_weight"], layer["norm1_bias"])
+                x = self._norm(alpha * x + self._feed_forward(x, layer), layer["norm2_weight"], layer["norm2_bias"])
         if self.norm_first:
             x = self._norm(x, self.final_norm_weight, self.final_norm_bias)  # (E, B*T, D)
         logits = self._linear(x, self.head_weight, self.head_bias)  # (E, B*T, V)
@@ -145,7 +175,8 @@ def stacked_sorting_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.T
 
 
 def fit_stacked(model: StackedSortingEncoders, make_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
-                steps: int, lrs: Sequence[float], warmup_steps: Sequence[int]) -> torch.Tensor:
+                steps: int, lrs: Sequence[float], warmup_steps: Sequence[int],
+                record_max_logit: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Train every member with its own Adam, learning rate and linear warm-up; return the (steps, E) losses.
 
     Each member follows ``training.fit`` with ``clip_grad_norm=None``: Adam with betas (0.9, 0.98)
@@ -158,9 +189,12 @@ def fit_stacked(model: StackedSortingEncoders, make_batch: Callable[[], tuple[to
         steps: optimizer steps.
         lrs: peak learning rate of each member (E values > 0).
         warmup_steps: warm-up length of each member (E values >= 0).
+        record_max_logit: also record every member's largest attention logit at every step (on
+            that step's batch, before the update); the attention is then computed explicitly.
 
     Returns:
-        (steps, E) float64 tensor of every member's training loss at every step.
+        (steps, E) float64 tensor of every member's training loss at every step; with
+        ``record_max_logit``, the pair (losses, max logits), both (steps, E).
 
     Raises:
         TypeError, ValueError: if ``steps`` < 1 or ``lrs`` / ``warmup_steps`` do not hold E valid values.
@@ -178,8 +212,9 @@ def fit_stacked(model: StackedSortingEncoders, make_batch: Callable[[], tuple[to
     warm = torch.tensor(warmup_steps, dtype=torch.float64)
     exp_avg = [torch.zeros_like(p) for p in params]
     exp_avg_sq = [torch.zeros_like(p) for p in params]
-    (beta1, beta2), losses = BETAS, []
+    (beta1, beta2), losses, max_logits = BETAS, [], []
     model.train()
+    model.track_logits = check_bool("record_max_logit", record_max_logit)
     with threads(1 if device.type == "cpu" else None):
         for step in range(steps):
             factor = torch.where(warm > 0, torch.clamp((step + 1) / warm.clamp(min=1), max=1.0), 1.0)
@@ -199,5 +234,10 @@ def fit_stacked(model: StackedSortingEncoders, make_batch: Callable[[], tuple[to
                     denom = (v.sqrt() / math.sqrt(bias_correction2)).add_(ADAM_EPS)
                     p.sub_(step_size.view(-1, *[1] * (p.dim() - 1)) * (m / denom))
             losses.append(member_losses.detach().double().cpu())
+            if record_max_logit:
+                max_logits.append(model.max_logit.double().cpu())
     model.eval()
+    model.track_logits = False
+    if record_max_logit:
+        return torch.stack(losses), torch.stack(max_logits)  # (steps, E) each
     return torch.stack(losses)  # (steps, E)

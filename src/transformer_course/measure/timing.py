@@ -22,8 +22,8 @@ from torch import nn
 from torch.utils.benchmark import Timer
 
 from transformer_course._exhibit import exhibit
-from transformer_course._validation import check_int, check_sequence_models, check_sizes
-from .cost import BLOCK_COMPONENTS, block_flops
+from transformer_course._validation import check_int, check_positive_float, check_sequence_models, check_sizes
+from .cost import BLOCK_COMPONENTS, block_flops, measure_training_flops
 
 
 def round_times(fns: Mapping[str, Callable[[], object]], repeats: int = 5, number: int = 1,
@@ -255,3 +255,58 @@ def machine_peaks(size: int = 384, copy_megabytes: float = 8, repeats: int = 20,
     peak = 2 * size ** 3 / rounds["matmul"].min()
     bandwidth = 2 * source.nbytes / rounds["copy"].min()
     return pd.Series({"peak FLOP/s": peak, "bandwidth (bytes/s)": bandwidth, "ridge (FLOPs per byte)": peak / bandwidth})
+
+
+def training_step_mfu(module: nn.Module, x: torch.Tensor, peak_flops: float, flops: int | None = None,
+                      repeats: int = 7, num_threads: int | None = 1) -> pd.Series:
+    """Model FLOPs utilisation (MFU) of one training step of ``module`` on ``x``: achieved FLOP/s / peak FLOP/s.
+
+    A training step is the forward pass, the backward pass of the summed output (``x`` requires a
+    gradient, as the activations inside a deep model do) and an Adam update (learning rate 0, so
+    the weights and every timed step stay the same). Its model FLOPs are the forward and backward
+    matrix products counted by ``FlopCounterMode`` (``cost.measure_training_flops``), unless given;
+    the optimizer's few FLOPs per weight are not model FLOPs. The time is the fastest of
+    ``repeats`` timings by ``torch.utils.benchmark`` (``round_times``), the machine at its least
+    disturbed, as ``machine_peaks`` measures the peak.
+
+    Args:
+        module: the model (trained in float32 on its device as given).
+        x: its input, e.g. (B, T, D).
+        peak_flops: the machine's peak FLOP/s, e.g. ``machine_peaks(...)["peak FLOP/s"]``.
+        flops: model FLOPs of one step; None counts them with ``FlopCounterMode``.
+        repeats: timed steps (each after a warm-up call), the fastest is kept.
+        num_threads: PyTorch's intra-op threads while timing (match the peak's).
+
+    Returns:
+        Series with "model FLOPs per step", "step time (s)", "achieved FLOP/s", "peak FLOP/s" and
+        "MFU" (achieved / peak).
+
+    Raises:
+        TypeError: if ``module`` is not an ``nn.Module`` or ``x`` not a floating tensor.
+        ValueError: if ``peak_flops`` or ``flops`` is not positive, or ``repeats`` < 1.
+
+    Chowdhery et al., 2022, "PaLM: Scaling Language Modeling with Pathways", section 4.1 and appendix B.
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError(f"x must be a floating torch.Tensor, got {type(x).__name__}")
+    peak_flops = check_positive_float("peak_flops", peak_flops)
+    if flops is None:
+        flops = measure_training_flops(module, x)["total"]
+    flops = check_int("flops", flops, minimum=1)
+    repeats = check_int("repeats", repeats, minimum=1)
+    inputs = x.detach().clone().requires_grad_(True)
+    optimizer = torch.optim.Adam(module.parameters(), lr=0.0)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        inputs.grad = None
+        module(inputs).sum().backward()
+        optimizer.step()
+
+    seconds = float(round_times({"step": step}, repeats=repeats, num_threads=num_threads)["step"].min())
+    module.zero_grad(set_to_none=True)
+    achieved = flops / seconds
+    return pd.Series({"model FLOPs per step": float(flops), "step time (s)": seconds, "achieved FLOP/s": achieved,
+                      "peak FLOP/s": peak_flops, "MFU": achieved / peak_flops})

@@ -23,9 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_course._validation import check_features, check_int, check_probability, check_tensor
+from transformer_course._validation import check_choice, check_features, check_int, check_probability, check_tensor
 from .kv_cache import AttentionCache
 from .masks import check_mask, validate_mask
+from .normalization import LayerNorm, RMSNorm
+
+QK_NORMS = ("layernorm", "rmsnorm")  # the normalizations ``MultiHeadAttention(qk_norm=...)`` accepts
 
 
 def _check_qkv(q: object, k: object, v: object) -> None:
@@ -91,6 +94,38 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Te
     return weights @ v, weights  # (..., T, Dv), (..., T, S)
 
 
+class NormalizedProjection(nn.Linear):
+    """A linear projection to heads of width Dh whose output is normalized over each head's Dh features.
+
+    QK-norm's query and key projections: ``nn.Linear`` (same ``weight`` and ``bias``, same
+    initialization), then ``norm`` (a LayerNorm or RMSNorm of width Dh, shared by the heads)
+    applied to every head's slice of the output.
+
+    Args:
+        in_features, out_features, bias: as ``nn.Linear``; ``out_features`` must be a multiple of ``d_head``.
+        d_head: width Dh of one head.
+        kind: "layernorm" or "rmsnorm".
+
+    Shape:
+        (..., in_features) -> (..., out_features), each consecutive block of Dh features normalized.
+
+    Henry et al., 2020, "Query-Key Normalization for Transformers"; Dehghani et al., 2023,
+    "Scaling Vision Transformers to 22 Billion Parameters", section 2.
+    """
+
+    def __init__(self, in_features: int, out_features: int, d_head: int, kind: str, bias: bool = True) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        d_head = check_int("d_head", d_head, minimum=1)
+        if out_features % d_head:
+            raise ValueError(f"out_features must be a multiple of d_head={d_head}, got {out_features}")
+        self.d_head = d_head
+        self.norm = (LayerNorm if check_choice("kind", kind, QK_NORMS) == "layernorm" else RMSNorm)(d_head)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)  # (..., G * Dh)
+        return self.norm(y.unflatten(-1, (-1, self.d_head))).flatten(-2)  # each head's Dh features normalized
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
@@ -108,6 +143,14 @@ class MultiHeadAttention(nn.Module):
             i reads key/value head i // (H / G) (grouped-query attention, Ainslie et al., 2023;
             G = 1 is multi-query attention, Shazeer, 2019). ``k_proj`` and ``v_proj`` then map D
             to G * Dh features, and a KV cache stores G heads instead of H.
+        qk_norm: None (default, the paper's attention), "layernorm" or "rmsnorm": QK-norm, every
+            query and key normalized over its head width Dh before the dot product, by one learned
+            norm for the queries and one for the keys (``q_proj.norm``, ``k_proj.norm``, each of
+            width Dh and shared by the heads; ``q_proj`` and ``k_proj`` become
+            ``NormalizedProjection``). Unit-scale queries and keys bound every logit,
+            |q.k| / sqrt(Dh) <= sqrt(Dh) * max_i |gamma_q,i gamma_k,i| (RMSNorm, or LayerNorm with
+            beta = 0), however large the projection weights grow. Henry et al., 2020; Dehghani et
+            al., 2023, section 2.
 
     Shape:
         query (B, T, D), key and value (B, S, D), mask broadcastable to (B, H, T, S) -> (B, T, D),
@@ -120,7 +163,7 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 num_kv_heads: int | None = None) -> None:
+                 num_kv_heads: int | None = None, qk_norm: str | None = None) -> None:
         super().__init__()
         d_model = check_int("d_model", d_model, minimum=1)
         num_heads = check_int("num_heads", num_heads, minimum=1)
@@ -134,8 +177,13 @@ class MultiHeadAttention(nn.Module):
         self.num_kv_heads = num_kv_heads
         self.d_head = d_model // num_heads
         self.dropout = check_probability("dropout", dropout)
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
+        self.qk_norm = None if qk_norm is None else check_choice("qk_norm", qk_norm, QK_NORMS)
+        if qk_norm is None:
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
+        else:  # same weights and initialization, then each head normalized over its Dh features
+            self.q_proj = NormalizedProjection(d_model, d_model, self.d_head, qk_norm, bias=bias)
+            self.k_proj = NormalizedProjection(d_model, num_kv_heads * self.d_head, self.d_head, qk_norm, bias=bias)
         self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.fused = True
@@ -152,6 +200,19 @@ class MultiHeadAttention(nn.Module):
         """(B, H, L, Dh) -> (B, L, D): the concatenation Concat(head_1, ..., head_H)."""
         b, _, length, _ = x.shape
         return x.transpose(1, 2).reshape(b, length, self.d_model)  # (B, L, D)
+
+    def attention_logits(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        """The scores q.k / sqrt(Dh) before mask and softmax: query (B, T, D), key (B, S, D) -> (B, H, T, S).
+
+        As ``forward`` computes them (queries and keys normalized first when ``qk_norm`` is set;
+        a grouped key head repeated for the query heads that read it). Watching the largest one
+        during training shows attention-logit growth (Dehghani et al., 2023, section 2).
+        """
+        self._check_inputs(query, key, key)
+        q = self.split_heads(self.q_proj(query))  # (B, H, T, Dh)
+        k = self.split_heads(self.k_proj(key))  # (B, G, S, Dh)
+        k = k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)  # (B, H, S, Dh)
+        return q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T, S)
 
     def _keys_and_values(self, key: torch.Tensor, value: torch.Tensor,
                          cache: AttentionCache | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,7 +18,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from transformer_course._validation import check_bool, check_features, check_probability
+from transformer_course._validation import (check_bool, check_features, check_instance, check_int,
+                                            check_positive_float, check_probability)
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
 from .kv_cache import LayerKVCache
@@ -62,6 +63,7 @@ class EncoderLayer(_TransformerLayer):
         dropout: dropout on attention weights, FFN hidden units and each sub-layer output.
         norm_first: False for Post-LN (the paper), True for Pre-LN.
         activation: FFN activation, "relu", "gelu" or "swiglu".
+        qk_norm: None, "layernorm" or "rmsnorm": QK-norm in the self-attention (see ``MultiHeadAttention``).
 
     Shape:
         x (B, S, D), mask broadcastable to (B, H, S, S) -> (B, S, D).
@@ -72,9 +74,9 @@ class EncoderLayer(_TransformerLayer):
     SUBLAYERS = (Sublayer("self_attn", "norm1", "dropout1"), Sublayer("feed_forward", "norm2", "dropout2"))
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False, activation: str = "relu") -> None:
+                 norm_first: bool = False, activation: str = "relu", qk_norm: str | None = None) -> None:
         super().__init__(d_model, dropout, norm_first)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, qk_norm=qk_norm)
         self.feed_forward = FeedForward(d_model, d_ff, activation=activation, dropout=dropout)
         self._add_norms_and_dropouts(dropout)
 
@@ -98,7 +100,7 @@ class EncoderLayer(_TransformerLayer):
 class DecoderLayer(_TransformerLayer):
     """x -> masked self-attention -> cross-attention to memory -> FFN, each a residual sub-layer.
 
-    Args: as ``EncoderLayer``.
+    Args: as ``EncoderLayer`` (``qk_norm`` applies to the self- and the cross-attention).
 
     Shape:
         x (B, T, D), memory (B, S, D), self_mask broadcastable to (B, H, T, T) (pass
@@ -111,10 +113,10 @@ class DecoderLayer(_TransformerLayer):
                  Sublayer("feed_forward", "norm3", "dropout3"))
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False, activation: str = "relu") -> None:
+                 norm_first: bool = False, activation: str = "relu", qk_norm: str | None = None) -> None:
         super().__init__(d_model, dropout, norm_first)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, qk_norm=qk_norm)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, qk_norm=qk_norm)
         self.feed_forward = FeedForward(d_model, d_ff, activation=activation, dropout=dropout)
         self._add_norms_and_dropouts(dropout)
 
@@ -145,3 +147,94 @@ class DecoderLayer(_TransformerLayer):
 
     def _ff_block(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout3(self.feed_forward(x))
+
+
+# --- DeepNorm: Post-LN with an up-weighted residual and down-scaled branch weights (Wang et al., 2022) ---
+
+
+def deepnorm_constants(num_layers: int) -> tuple[float, float]:
+    """DeepNorm's (alpha, beta) for an encoder-only (or decoder-only) stack of ``num_layers`` layers.
+
+    alpha = (2N)^(1/4) multiplies the residual inside every Post-LN sub-layer, LN(alpha x + F(x));
+    beta = (8N)^(-1/4) scales the initial weights of the FFN and of the value and output
+    projections. Wang et al. derive them so that a model update moves the output by O(1)
+    whatever the depth N (their Table 1, encoder-only row; encoder-decoder models use others).
+
+    Args:
+        num_layers: number of layers N (>= 1).
+
+    Returns:
+        (alpha, beta).
+
+    Raises:
+        TypeError, ValueError: if ``num_layers`` is not an int >= 1.
+
+    Wang et al., 2022, "DeepNet: Scaling Transformers to 1,000 Layers", section 3, Table 1.
+    """
+    n = check_int("num_layers", num_layers, minimum=1)
+    return (2 * n) ** 0.25, (8 * n) ** -0.25
+
+
+class DeepNormEncoderLayer(EncoderLayer):
+    """A Post-LN ``EncoderLayer`` whose residual is up-weighted: x <- LN(alpha x + F(x)) for each sub-layer.
+
+    With alpha = 1 it is ``EncoderLayer(norm_first=False)`` exactly (same parameters, same
+    initialization, same output). DeepNorm also down-scales some initial weights: see
+    ``deepnorm_init_``.
+
+    Args:
+        d_model, num_heads, d_ff, dropout, activation, qk_norm: as ``EncoderLayer``.
+        alpha: the residual weight (> 0), ``deepnorm_constants(N)[0]`` for an N-layer stack.
+
+    Shape:
+        x (B, S, D), mask broadcastable to (B, H, S, S) -> (B, S, D).
+
+    Wang et al., 2022, "DeepNet: Scaling Transformers to 1,000 Layers", section 3.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0, activation: str = "relu",
+                 qk_norm: str | None = None, alpha: float = 1.0) -> None:
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first=False, activation=activation, qk_norm=qk_norm)
+        self.alpha = check_positive_float("alpha", alpha)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        check_features("x", x, self.d_model, ndim=3)
+        x = self.norm1(self.alpha * x + self._sa_block(x, mask))  # (B, S, D)
+        x = self.norm2(self.alpha * x + self._ff_block(x))  # (B, S, D)
+        return x
+
+
+def deepnorm_init_(module: nn.Module, beta: float) -> nn.Module:
+    """Scale by ``beta`` the weight matrices of every FFN and of every attention's value and output projections.
+
+    DeepNorm's initialization: Wang et al. draw these with Xavier gain beta and the query and key
+    projections with gain 1; applied after a Xavier initialization (``init_xavier_``), this
+    scaling gives the same distribution with the same draws. Biases and norms are left alone.
+    beta = 1 changes nothing.
+
+    Args:
+        module: any module holding ``MultiHeadAttention`` and ``FeedForward`` sub-modules; changed in place.
+        beta: the scale (> 0), ``deepnorm_constants(N)[1]`` for an N-layer stack.
+
+    Returns:
+        ``module``, for chaining.
+
+    Raises:
+        TypeError: if ``module`` is not an ``nn.Module`` or ``beta`` not a number.
+        ValueError: if ``beta`` <= 0.
+
+    Wang et al., 2022, "DeepNet: Scaling Transformers to 1,000 Layers", Figure 2 (pseudo-code).
+    """
+    check_instance("module", module, nn.Module, "torch.nn.Module")
+    beta = check_positive_float("beta", beta)
+    with torch.no_grad():
+        for sub in module.modules():
+            if isinstance(sub, MultiHeadAttention):
+                linears = [sub.v_proj, sub.out_proj]
+            elif isinstance(sub, FeedForward):
+                linears = [m for m in sub.modules() if isinstance(m, nn.Linear)]
+            else:
+                continue
+            for linear in linears:
+                linear.weight.mul_(beta)
+    return module

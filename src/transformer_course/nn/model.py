@@ -15,7 +15,7 @@ from transformer_course._validation import (check_bool, check_choice, check_feat
                                             check_probability, check_tensor)
 from .feedforward import ACTIVATIONS
 from .kv_cache import KVCache
-from .layers import DecoderLayer, EncoderLayer
+from .layers import DecoderLayer, DeepNormEncoderLayer, EncoderLayer
 from .masks import causal_mask, validate_mask
 from .normalization import LayerNorm
 from .positional import SinusoidalPositionalEncoding
@@ -57,15 +57,27 @@ class TransformerConfig:
 class Encoder(nn.Module):
     """A stack of ``num_layers`` EncoderLayers (plus a final LayerNorm when Pre-LN).
 
+    ``qk_norm`` (None, "layernorm" or "rmsnorm") turns on QK-norm in every layer's attention;
+    ``deepnorm_alpha`` (None, or a float > 0 with ``norm_first=False``) builds
+    ``DeepNormEncoderLayer``s, Post-LN with the residual weighted by alpha (DeepNorm's
+    initialization is a separate step, ``layers.deepnorm_init_``).
+
     Shape: x (B, S, D), mask broadcastable to (B, H, S, S) -> (B, S, D).
     """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False, activation: str = "relu") -> None:
+                 norm_first: bool = False, activation: str = "relu", qk_norm: str | None = None,
+                 deepnorm_alpha: float | None = None) -> None:
         super().__init__()
         check_int("num_layers", num_layers, minimum=1)
-        self.layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation) for _ in range(num_layers))
+        if deepnorm_alpha is not None and norm_first:
+            raise ValueError("deepnorm_alpha needs the Post-LN placement (norm_first=False), got norm_first=True")
+        if deepnorm_alpha is None:
+            self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation,
+                                                     qk_norm) for _ in range(num_layers))
+        else:
+            self.layers = nn.ModuleList(DeepNormEncoderLayer(d_model, num_heads, d_ff, dropout, activation, qk_norm,
+                                                             alpha=deepnorm_alpha) for _ in range(num_layers))
         # Pre-LN leaves the residual stream un-normalized, so the stack ends with one more LayerNorm.
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
 

@@ -175,7 +175,7 @@ def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, 
     colours = {"no warm-up": _POST, "warm-up": _PRE}
     placements = list(dict.fromkeys(runs.columns.get_level_values("placement")))
     top = max(chance + 0.6, 1.05 * float(smooth.max().max()))  # room for the chance label and the first steps
-    figure = new_figure(4.3 * len(placements), 3.6)
+    figure = new_figure(min(4.3 * len(placements), 9.0), 3.6)  # at most 9 in wide: 9-pt text stays >= 9 px on the page
     axes = np.atleast_1d(figure.subplots(1, len(placements), sharey=True))
     for ax, placement in zip(axes, placements):
         for (warmup, seed), curve in smooth[placement].items():
@@ -195,12 +195,69 @@ def plot_placement_warmup(runs: pd.DataFrame, chance: float, warmup_steps: int, 
         ax.set_xlabel("training step")
         ax.set_ylim(0, top)
     axes[0].set_ylabel(f"cross-entropy (running mean of {window})")
-    axes[0].legend(frameon=False, loc="lower right", title="one line per seed", title_fontsize=9, fontsize=9)
+    if len(placements) > 2:  # narrow panels: the legend goes under them
+        handles, labels = axes[0].get_legend_handles_labels()
+        figure.legend(handles, labels, frameon=False, loc="outside lower center", ncol=2, title="one line per seed",
+                      title_fontsize=9, fontsize=9)
+    else:
+        axes[0].legend(frameon=False, loc="lower right", title="one line per seed", title_fontsize=9, fontsize=9)
     return figure
 
 
+_DEEP = PALETTE["norm"]
 _CONDITION_STYLE = {("Post-LN", "no warm-up"): (_POST, "--", "o"), ("Post-LN", "warm-up"): (_POST, "-", "s"),
-                    ("Pre-LN", "no warm-up"): (_PRE, "--", "^"), ("Pre-LN", "warm-up"): (_PRE, "-", "D")}
+                    ("Pre-LN", "no warm-up"): (_PRE, "--", "^"), ("Pre-LN", "warm-up"): (_PRE, "-", "D"),
+                    ("DeepNorm", "no warm-up"): (_DEEP, "--", "v"), ("DeepNorm", "warm-up"): (_DEEP, "-", "P")}
+
+
+@exhibit
+def plot_logit_growth(max_logits: Mapping[str, pd.DataFrame], losses: Mapping[str, pd.DataFrame] | None = None,
+                      window: int = 5) -> Figure:
+    """The largest attention logit during training (log scale), one line per seed, one colour per condition.
+
+    Args:
+        max_logits: condition name -> a table indexed by step with one column per seed (e.g. the
+            ``max_logits`` of ``placement_warmup.placement_lr_sweep`` for one condition).
+        losses: optionally the training losses laid out the same way, drawn in a second panel
+            (running mean of ``window`` steps).
+        window: length of the running mean of the loss panel.
+
+    Returns:
+        A figure with one panel (logits) or two (logits, loss); thin lines are seeds, thick ones
+        the medians over the seeds.
+
+    Raises:
+        TypeError: if a table is not a DataFrame.
+        ValueError: if ``max_logits`` is empty, a table is empty, or ``losses`` names other conditions.
+    """
+    if not isinstance(max_logits, Mapping) or not max_logits:
+        raise ValueError("max_logits must be a non-empty mapping of condition -> DataFrame")
+    if losses is not None and (not isinstance(losses, Mapping) or set(losses) != set(max_logits)):
+        raise ValueError(f"losses must name the same conditions as max_logits {sorted(max_logits)}")
+    for table in [*max_logits.values(), *(losses or {}).values()]:
+        if not isinstance(table, pd.DataFrame):
+            raise TypeError(f"every table must be a pandas DataFrame, got {type(table).__name__}")
+        if table.empty:
+            raise ValueError("every table must hold at least one step and one seed")
+    colours = [_POST, _PRE, PALETTE["recurrent"], _DEEP, PALETTE["attention"]]  # in the order of ``max_logits``
+    panels = [("largest attention logit q.k / sqrt(Dh)", max_logits, True)]
+    if losses is not None:
+        panels.append((f"training cross-entropy (running mean of {window})",
+                       {name: table.rolling(window, min_periods=1).mean() for name, table in losses.items()}, False))
+    figure = new_figure(5.0 * len(panels), 3.8)
+    axes = np.atleast_1d(figure.subplots(1, len(panels)))
+    for ax, (label, tables, log) in zip(axes, panels):
+        for k, (name, table) in enumerate(tables.items()):
+            colour = colours[k % len(colours)]
+            ax.plot(table.index, table.to_numpy(), color=colour, linewidth=0.8, alpha=0.45)
+            ax.plot(table.index, table.median(axis=1), color=colour, linewidth=2.4,
+                    label=f"{name} (median of {table.shape[1]})")
+        if log:
+            ax.set_yscale("log")
+        ax.set_xlabel("training step")
+        ax.set_ylabel(label)
+    axes[0].legend(frameon=False, fontsize=10, loc="upper left")
+    return figure
 
 
 @exhibit
