@@ -35,7 +35,7 @@ rescaled (:func:`rope_scaling`: position interpolation or "NTK-aware" scaling), 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import pandas as pd
@@ -506,12 +506,27 @@ def length_generalization_ensemble(task: str = "last_value", schemes: Sequence[s
         TypeError, ValueError: for an unknown task, scheme or scaling, empty or repeated seeds, or a
             test length < L.
     """
-    check_choice("task", task, TASKS)
-    schemes = list(schemes)
-    if not schemes:
-        raise ValueError("schemes must name at least one scheme, got an empty sequence")
-    for scheme in schemes:
-        check_choice("schemes", scheme, SCHEMES)
+    return length_generalization_ensembles({task: schemes}, train_length, test_lengths, steps, seeds, rope_scalings,
+                                           workers)[task]
+
+
+def length_generalization_ensembles(tasks: Mapping[str, Sequence[str]], train_length: int = 16,
+                                    test_lengths: Sequence[int] = (16, 32, 48, 64), steps: int = 100,
+                                    seeds: Iterable[int] = range(8), rope_scalings: Sequence[str] = ("interpolation",),
+                                    workers: int = 1) -> dict[str, pd.DataFrame]:
+    """:func:`length_generalization_ensemble` for several tasks at once: ``{task: its table}``.
+
+    The tables are exactly those of one call per task (``tasks`` maps each task to its schemes);
+    the members of all tasks share one set of worker processes (started once, not once per task),
+    and the costliest members (RoPE, tested once more per rescaling) are started first, so that
+    no worker is left alone with a long member at the end.
+
+    Raises:
+        TypeError, ValueError: as :func:`length_generalization_ensemble`, or for an empty ``tasks``.
+    """
+    check_instance("tasks", tasks, Mapping, "a mapping task -> schemes")
+    if not tasks:
+        raise ValueError("tasks must name at least one task, got an empty mapping")
     for method in rope_scalings:
         check_choice("rope_scalings", method, tuple(ROPE_SCALINGS))
     train_length = check_int("train_length", train_length, minimum=2)
@@ -519,11 +534,26 @@ def length_generalization_ensemble(task: str = "last_value", schemes: Sequence[s
     if not test_lengths or min(test_lengths) < train_length:
         raise ValueError(f"test_lengths must be non-empty and each >= train_length={train_length}, got {test_lengths}")
     seeds = _check_seeds(seeds)
-    members = [(task, scheme, seed, train_length, tuple(test_lengths), steps, tuple(rope_scalings))
-               for scheme in schemes for seed in seeds]
-    member_records = map_runs(_ensemble_member, members, workers)  # one thread per member: the same numbers
-    results = pd.DataFrame.from_records([record for records in member_records for record in records])
-    results.attrs.update(train_length=train_length, chance=task_chance(task), task=task)
+    members = []
+    for task, schemes in tasks.items():
+        check_choice("task", task, TASKS)
+        schemes = list(schemes)
+        if not schemes:
+            raise ValueError("schemes must name at least one scheme, got an empty sequence")
+        for scheme in schemes:
+            check_choice("schemes", scheme, SCHEMES)
+        members += [(task, scheme, seed, train_length, tuple(test_lengths), steps, tuple(rope_scalings))
+                    for scheme in schemes for seed in seeds]
+    order = sorted(range(len(members)), key=lambda i: (members[i][1] != "rope", i))  # RoPE members first
+    records_in_order = map_runs(_ensemble_member, [members[i] for i in order], workers)  # one thread per member
+    member_records = [None] * len(members)
+    for i, records in zip(order, records_in_order):
+        member_records[i] = records
+    results = {}
+    for task in tasks:
+        rows = [record for member, records in zip(members, member_records) if member[0] == task for record in records]
+        results[task] = pd.DataFrame.from_records(rows)
+        results[task].attrs.update(train_length=train_length, chance=task_chance(task), task=task)
     return results
 
 
