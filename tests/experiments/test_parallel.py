@@ -40,3 +40,20 @@ def _pid():
     import os
 
     return os.getpid()
+
+
+def test_started_workers_are_the_ones_map_runs_uses():
+    from transformer_course.experiments import parallel
+
+    parallel.shutdown_workers()
+    parallel.start_workers(2, "transformer_course.experiments.claims")
+    pool = parallel._POOLS[2]
+    started = set(pool._processes)  # the processes start_workers launched
+    assert len(started) == 2
+    assert set(map_runs(_pid, [()] * 4, workers=2)) <= started  # map_runs starts no others
+    parallel.shutdown_workers()
+    with pytest.raises(ValueError, match="workers"):
+        parallel.start_workers(1)
+    with pytest.raises(TypeError, match="modules must be module names"):
+        parallel.start_workers(2, 3)
+    parallel.shutdown_workers()
