@@ -21,7 +21,8 @@ import pandas as pd
 
 from transformer_course.experiments.length_generalization import CHAPTER_SETTINGS, length_generalization_ensemble
 
-CACHE = Path(os.environ.get("DL0030_CALIBRATION_CACHE", "/tmp/transformer_course_calibration/dl0030"))
+CACHE = Path(os.environ.get("DL0030_CALIBRATION_CACHE", "/tmp/transformer_course_calibration/dl0030")) / (
+    f"eval{CHAPTER_SETTINGS['eval_sequences']}")  # a member's rows depend on the number of test sequences
 
 
 def member(task: str, scheme: str, seed: int) -> pd.DataFrame:
@@ -32,7 +33,7 @@ def member(task: str, scheme: str, seed: int) -> pd.DataFrame:
         return cached[cached["test_length"].isin(CHAPTER_SETTINGS["test_lengths"])].reset_index(drop=True)
     s = CHAPTER_SETTINGS
     results = length_generalization_ensemble(task, [scheme], s["train_length"], s["test_lengths"], s["steps"],
-                                             [seed], s["rope_scalings"])
+                                             [seed], s["rope_scalings"], eval_sequences=s["eval_sequences"])
     CACHE.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results.to_dict(orient="records")))
     return results

@@ -299,3 +299,23 @@ def test_the_ensemble_does_not_depend_on_the_number_of_worker_processes():
     assert alone.equals(side_by_side) and alone.attrs == side_by_side.attrs
     with pytest.raises(ValueError, match="workers"):
         length_generalization_ensemble(**kwargs, workers=0)
+
+
+def test_several_tasks_at_once_give_the_tables_of_one_call_per_task():
+    from transformer_course.experiments.length_generalization import (length_generalization_ensemble,
+                                                                      length_generalization_ensembles)
+
+    common = dict(train_length=8, test_lengths=(8, 16), steps=3, seeds=(1, 2), rope_scalings=("ntk",))
+    tasks = {"last_value": ("none", "rope"), "offset": ("alibi",)}  # RoPE is run first, its rows stay in place
+    together = length_generalization_ensembles(tasks, **common)
+    assert list(together) == ["last_value", "offset"]
+    for task, schemes in tasks.items():
+        alone = length_generalization_ensemble(task, schemes, **common)
+        pd.testing.assert_frame_equal(together[task], alone)
+        stamp = "transformer_course_made_by"  # @exhibit stamps what the one-task function returns
+        assert together[task].attrs == {k: v for k, v in alone.attrs.items() if k != stamp}
+    assert list(dict.fromkeys(together["last_value"]["scheme"])) == ["none", "rope", "rope + NTK"]
+    with pytest.raises(ValueError, match="tasks must name at least one task"):
+        length_generalization_ensembles({}, **common)
+    with pytest.raises(ValueError, match="task"):
+        length_generalization_ensembles({"copy": ("rope",)}, **common)

@@ -19,3 +19,41 @@ def test_bad_arguments_are_refused_with_their_names():
         map_runs(operator.add, [(1, 2)], workers=0)
     with pytest.raises(TypeError, match="fn must be callable"):
         map_runs("add", [(1, 2)])
+
+
+def test_workers_are_kept_for_the_next_call_and_restarted_when_shut_down():
+    import os
+
+    from transformer_course.experiments import parallel
+
+    first = set(map_runs(_pid, [()] * 4, workers=2))
+    second = set(map_runs(_pid, [()] * 4, workers=2))
+    assert os.getpid() not in first and second & first  # some of the same worker processes (a fresh pool shares none)
+    parallel.shutdown_workers()
+    assert not parallel._POOLS
+    third = set(map_runs(_pid, [()] * 4, workers=2))
+    assert not third & first  # fresh workers after a shutdown
+    parallel.shutdown_workers()
+
+
+def _pid():
+    import os
+
+    return os.getpid()
+
+
+def test_started_workers_are_the_ones_map_runs_uses():
+    from transformer_course.experiments import parallel
+
+    parallel.shutdown_workers()
+    parallel.start_workers(2, "transformer_course.experiments.claims")
+    pool = parallel._POOLS[2]
+    started = set(pool._processes)  # the processes start_workers launched
+    assert len(started) == 2
+    assert set(map_runs(_pid, [()] * 4, workers=2)) <= started  # map_runs starts no others
+    parallel.shutdown_workers()
+    with pytest.raises(ValueError, match="workers"):
+        parallel.start_workers(1)
+    with pytest.raises(TypeError, match="modules must be module names"):
+        parallel.start_workers(2, 3)
+    parallel.shutdown_workers()

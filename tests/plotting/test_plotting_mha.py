@@ -115,3 +115,23 @@ def test_head_count_study_draws_every_run_and_marks_the_runs_that_missed_the_thr
         plot_head_count_study([(1, curve.rename(columns={"worst": "x"}))], [(1, 1.0)], 100, 0.95, 0.1)
     with pytest.raises(ValueError, match="chance"):
         plot_head_count_study(runs, [(1, 1.0)], 100, 0.95, 2.0)
+
+
+def test_kv_heads_study_names_each_g_with_its_cache_and_draws_every_run():
+    import pandas as pd
+
+    from transformer_course.plotting.mha import plot_kv_heads_study
+
+    curve = pd.DataFrame({"worst": [0.05, 0.5, 0.97]}, index=pd.Index([0, 25, 50], name="step"))
+    runs = [(1, curve), (4, curve), (2, curve)]
+    fig = plot_kv_heads_study(runs, [(1, float("nan")), (4, 50.0), (2, 25.0)], max_steps=100, threshold=0.95,
+                              chance=1 / 16, cache_per_token={4: 64, 2: 32, 1: 16})
+    left, right = fig.axes
+    assert len([line for line in left.lines if len(line.get_xdata()) == 3]) == 3
+    assert [t.get_text() for t in right.get_xticklabels()] == [
+        "G = 4 (MHA)\n64 / token", "G = 2 (GQA)\n32 / token", "G = 1 (MQA)\n16 / token"]
+    assert sorted(t.get_text() for t in left.get_legend().get_texts()) == ["G = 1 (MQA)", "G = 2 (GQA)", "G = 4 (MHA)"]
+    missed = [c for c in right.collections if len(c.get_offsets()) and c.get_offsets()[0][1] == 100]
+    assert len(missed) == 1  # the MQA run that did not reach the threshold
+    with pytest.raises(ValueError, match="missing \\[1\\]"):
+        plot_kv_heads_study(runs, [(1, 1.0)], 100, 0.95, 0.1, cache_per_token={4: 64, 2: 32})

@@ -100,3 +100,26 @@ def test_rope_decay_figure_normalizes_each_curve():
         plot_rope_decay(distances, {"bad": torch.ones(3, dtype=torch.float64)})
     with pytest.raises(ValueError, match="at least one"):
         plot_rope_decay(distances, {})
+
+
+def test_expert_load_figure_draws_every_run_and_the_uniform_line():
+    import pandas as pd
+
+    from transformer_course.experiments.moe_load import MoERun, runs_frame
+    from transformer_course.plotting.feedforward import plot_expert_load
+
+    skewed, flat = [0.4, 0.3, 0.2, 0.1], [0.25] * 4
+    frame = runs_frame([MoERun(0, 0.0, skewed, skewed, 0.1), MoERun(1, 0.0, skewed, skewed, 0.1),
+                        MoERun(0, 0.05, skewed, flat, 0.1)])
+    fig = plot_expert_load(frame)
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    off, on = fig.axes
+    assert len(off.collections[0].get_offsets()) == 8 and len(on.collections[0].get_offsets()) == 4  # every (run, expert)
+    assert [t.get_text() for t in on.texts] == ["uniform 1/4"]
+    assert "alpha = 0.05" in on.get_title() and "without" in off.get_title()
+    medians = [line for line in on.lines if line.get_linestyle() == "-"]
+    assert list(medians[0].get_ydata()) == [25.0] * 4  # the balanced run's loads, in percent
+    with pytest.raises(ValueError, match="columns"):
+        plot_expert_load(pd.DataFrame({"seed": [0]}))
+    with pytest.raises(TypeError, match="frame"):
+        plot_expert_load([1])

@@ -193,6 +193,8 @@ class LookupModel(nn.Module):
         d_model: width D.
         num_heads: heads H of the attention layer.
         num_relations: R, how many read-outs (one per relation).
+        num_kv_heads: key/value heads G of the attention layer (default H; G < H shares each
+            key/value head among H / G query heads: grouped-query attention, multi-query at G = 1).
 
     Shape:
         tokens (B, T) -> logits (B, R, T, V), plus attention weights (B, H, T, T) when
@@ -200,14 +202,14 @@ class LookupModel(nn.Module):
     """
 
     def __init__(self, vocab_size: int = 24, seq_len: int = 12, d_model: int = 32, num_heads: int = 4,
-                 num_relations: int = len(RELATIONS)) -> None:
+                 num_relations: int = len(RELATIONS), num_kv_heads: int | None = None) -> None:
         super().__init__()
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=2)
         self.seq_len = check_int("seq_len", seq_len, minimum=1)
         self.num_relations = check_int("num_relations", num_relations, minimum=1)
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.position_embedding = nn.Embedding(seq_len, d_model)
-        self.attention = MultiHeadAttention(d_model, num_heads)
+        self.attention = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads)
         self.readout = nn.Linear(d_model, num_relations * vocab_size)
 
     def forward(self, tokens: torch.Tensor, need_weights: bool = False
@@ -252,6 +254,7 @@ def train_lookup_model(
     progress: bool = False,
     device: torch.device | str = "cpu",
     batch_hook: Callable[[LookupModel, int], None] | None = None,
+    num_kv_heads: int | None = None,
 ) -> tuple[LookupModel, list[float]]:
     """Build a :class:`LookupModel` from ``seed`` and train it on the four-lookups task with ``fit``.
 
@@ -273,6 +276,8 @@ def train_lookup_model(
             drawn, i.e. after ``step`` updates (``step`` = 0 .. ``steps`` - 1); it may evaluate the
             model (under ``torch.no_grad``) or raise to end training early. It does not change
             the training: the weights and batches are those of a run without it.
+        num_kv_heads: key/value heads G (default H, plain multi-head attention); with G = H the
+            model and its training are those of the default.
 
     Returns:
         The trained model (in eval mode, on ``device``) and the loss at every step.
@@ -281,7 +286,8 @@ def train_lookup_model(
     batch_size = check_int("batch_size", batch_size, minimum=1)
     check_positive_float("lr", lr)
     with seeded(seed):
-        model = LookupModel(sum(_check_sizes(num_letters, num_markers, num_digits)), seq_len, d_model, num_heads)
+        model = LookupModel(sum(_check_sizes(num_letters, num_markers, num_digits)), seq_len, d_model, num_heads,
+                            num_kv_heads=num_kv_heads)
 
     calls = [0]
 

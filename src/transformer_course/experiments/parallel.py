@@ -4,25 +4,36 @@ The course's toy models train on one CPU thread (``training.fit``), so a machine
 can train two ensemble members at once. Each worker is a fresh (spawned) Python process that runs
 ``fn`` on its arguments; a run's numbers depend only on its own arguments and its single thread,
 so the results are those of a plain loop, in the same order, whatever the number of workers.
+
+Starting a worker costs about two seconds of CPU (it imports torch and the package), so the
+workers are kept for the next call with the same number of workers (a chapter that trains three
+ensembles starts its workers once), and shut down when the process exits.
 """
 
 from __future__ import annotations
 
+import atexit
+import importlib
 import multiprocessing
+import signal
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from transformer_course._validation import check_int
 
 Result = TypeVar("Result")
+_POOLS: dict[int, ProcessPoolExecutor] = {}  # workers -> the pool kept for the next call
 
 
 def map_runs(fn: Callable[..., Result], arguments: Iterable[tuple], workers: int = 1) -> list[Result]:
     """``[fn(*args) for args in arguments]``, computed by up to ``workers`` processes.
 
     Args:
-        fn: a module-level function (the workers import it by name) of one run.
+        fn: a module-level function (the workers import it by name) of one run; it must not depend
+            on state a previous run left in its worker (seed everything it draws, as the course's
+            runs do), since workers are reused from call to call.
         arguments: one tuple of positional arguments per run.
         workers: processes (1 = a plain loop in this process). Workers are spawned, so a script
             that passes more than 1 needs the ``if __name__ == "__main__":`` guard.
@@ -37,8 +48,58 @@ def map_runs(fn: Callable[..., Result], arguments: Iterable[tuple], workers: int
     workers = min(workers, len(arguments))
     if workers <= 1:
         return [fn(*args) for args in arguments]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_call, [fn] * len(arguments), arguments))
+    try:
+        return list(_pool(workers).map(_call, [fn] * len(arguments), arguments))
+    except BrokenProcessPool:  # a worker died (e.g. killed): start fresh ones once
+        _POOLS.pop(workers).shutdown(wait=False, cancel_futures=True)
+        return list(_pool(workers).map(_call, [fn] * len(arguments), arguments))
+
+
+def start_workers(workers: int, *modules: str) -> None:
+    """Start ``workers`` kept worker processes now, each importing ``modules``, without waiting for them.
+
+    A chapter calls this early, so that the workers start (about two seconds of CPU each) while
+    its first cells run, not when its first ensemble is due. Later ``map_runs`` calls with the same
+    ``workers`` use them; nothing else changes (the results are the same with or without it).
+
+    Raises:
+        TypeError, ValueError: for ``workers`` < 2 or a module name that is not a string.
+    """
+    workers = check_int("workers", workers, minimum=2)
+    for name in modules:
+        if not isinstance(name, str):
+            raise TypeError(f"modules must be module names (str), got {type(name).__name__}")
+    pool = _pool(workers)
+    for _ in range(workers):  # one task per worker: each submit starts a process while none is idle
+        pool.submit(_import, modules)
+
+
+def _import(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        importlib.import_module(name)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    if workers not in _POOLS:
+        _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                              initializer=_ignore_interrupts)
+    return _POOLS[workers]
+
+
+def _ignore_interrupts() -> None:
+    """Kept workers wait between calls: a Ctrl-C (or a Jupyter kernel's shutdown) is the parent's to handle.
+
+    The parent stops them (``shutdown_workers``, at exit); without this, an interrupt sent to the
+    process group would print a traceback from every idle worker.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@atexit.register
+def shutdown_workers() -> None:
+    """Shut down the kept worker processes (also run at exit)."""
+    while _POOLS:
+        _POOLS.popitem()[1].shutdown(wait=True, cancel_futures=True)
 
 
 def _call(fn: Callable[..., Any], args: tuple) -> Any:

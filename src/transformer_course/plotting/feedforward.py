@@ -197,3 +197,52 @@ def plot_rank_collapse(results: pd.DataFrame, floor: float = 1e-17) -> Figure:
     ax.set_title("Distance of the tokens from all-identical, by depth", fontsize=11)
     ax.legend(fontsize=9.5, loc="center right")
     return fig
+
+
+@exhibit
+def plot_expert_load(frame: pd.DataFrame) -> Figure:
+    """Each expert's share of the token-slots after training, experts ranked by load, with and without balancing.
+
+    Args:
+        frame: the long table of ``experiments.moe_load.expert_load_ensemble`` (columns "balance
+            weight", "seed", "expert rank", "load before", "load after").
+
+    Returns:
+        A ``Figure`` with one panel per balancing weight alpha: every run's loads as points (x = rank,
+        1 = the busiest expert), their median as a line, the initial router's median loads as a
+        grey line, and the uniform load 1/E dashed.
+
+    Raises:
+        TypeError, ValueError: for a frame without those columns.
+    """
+    import numpy as np
+
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
+    needed = {"balance weight", "seed", "expert rank", "load before", "load after"}
+    if frame.empty or needed - set(frame.columns):
+        raise ValueError(f"frame must be a non-empty table with columns {sorted(needed)}")
+    weights = sorted(frame["balance weight"].unique())
+    experts = int(frame["expert rank"].max())
+    top = 100 * max(frame["load after"].max(), frame["load before"].max())
+    fig = new_figure(9.0, 3.6)
+    axes = fig.subplots(1, len(weights), sharey=True, squeeze=False)[0]
+    rng = np.random.default_rng(len(frame))  # jitter only: a function of the data, not a seed of the course
+    for ax, w, colour in zip(axes, weights, (PALETTE["output"], PALETTE["projection"], PALETTE["ffn"])):
+        part = frame[frame["balance weight"] == w]
+        x = part["expert rank"].to_numpy() + rng.uniform(-0.15, 0.15, size=len(part))
+        ax.scatter(x, 100 * part["load after"], s=14, color=colour, alpha=0.6, zorder=3, label="one run (seed)")
+        median = part.groupby("expert rank")["load after"].median()
+        ax.plot(median.index, 100 * median.to_numpy(), color=colour, linewidth=2.0, label="median after training")
+        before = part.groupby("expert rank")["load before"].median()
+        ax.plot(before.index, 100 * before.to_numpy(), color="grey", linewidth=1.2, linestyle="-.",
+                label="median, initial router")
+        ax.axhline(100 / experts, color="black", linestyle="--", linewidth=1.0)
+        ax.text(experts, 100 / experts + 0.4, f"uniform 1/{experts}", fontsize=10, ha="right", va="bottom")
+        ax.set_xticks(range(1, experts + 1))
+        ax.set_xlabel("expert, ranked by load (1 = busiest)")
+        ax.set_title("without the balancing loss" if w == 0 else f"with the balancing loss, alpha = {w:g}")
+        ax.set_ylim(0, top * 1.1)
+    axes[0].set_ylabel("share of token-slots (%)")
+    axes[-1].legend(frameon=False, loc="upper right")
+    return fig

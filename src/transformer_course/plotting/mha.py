@@ -6,7 +6,8 @@
 * :func:`plot_relation_scores` shows a heads x relations score table as an annotated heatmap.
 * :func:`plot_accuracy_by_heads` shows accuracy per relation against the number of heads at a
   fixed width (the table of ``experiments.head_count.head_count_table``).
-* :func:`plot_head_count_study` shows an ensemble's learning curves and steps to threshold per h.
+* :func:`plot_head_count_study` shows an ensemble's learning curves and steps to threshold per h;
+  :func:`plot_kv_heads_study` the same per number of key/value heads G (GQA, MQA).
 """
 
 from __future__ import annotations
@@ -248,27 +249,69 @@ def plot_head_count_study(curves: Sequence[tuple[int, pd.DataFrame]], steps: Seq
     Raises:
         TypeError, ValueError: for empty or malformed inputs.
     """
+    d_model = check_int("d_model", d_model, minimum=1)
+    return _learning_study(curves, steps, max_steps, threshold, chance, legend=lambda h: f"h = {h}",
+                           tick=lambda h: f"{h}\n($d_k$={d_model // h})", xlabel=f"heads h at $d_{{model}}$ = {d_model}")
+
+
+@exhibit
+def plot_kv_heads_study(curves: Sequence[tuple[int, pd.DataFrame]], steps: Sequence[tuple[int, float]],
+                        max_steps: int, threshold: float, chance: float, cache_per_token: dict[int, int],
+                        num_heads: int = 4) -> Figure:
+    """Learning curves and steps to threshold of an ensemble, per number of key/value heads G (GQA, MQA).
+
+    Args:
+        curves: (G, curve) pairs, one per run (``experiments.kv_heads.KVRun.curve``).
+        steps: (G, steps to threshold) pairs, one per run; NaN for a run that did not reach it.
+        max_steps, threshold, chance: as in :func:`plot_head_count_study`.
+        cache_per_token: G -> numbers the layer caches per token (2 G d_k), printed under each G.
+        num_heads: the query heads H, to name G = H "MHA" and G = 1 "MQA".
+
+    Returns:
+        A ``Figure`` laid out as :func:`plot_head_count_study`'s, one colour per G, largest G first.
+
+    Raises:
+        TypeError, ValueError: for empty or malformed inputs, or a G without its cache size.
+    """
+    check_instance("cache_per_token", cache_per_token, dict, "a dict G -> numbers cached per token")
+    num_heads = check_int("num_heads", num_heads, minimum=1)
+    groups = {int(g) for g, _ in list(curves)} | {int(g) for g, _ in list(steps)}
+    missing = sorted(groups - set(cache_per_token))
+    if missing:
+        raise ValueError(f"cache_per_token must hold every G of the runs, missing {missing}")
+
+    def name(g: int) -> str:
+        return {num_heads: "MHA", 1: "MQA"}.get(g, "GQA")
+
+    return _learning_study(curves, steps, max_steps, threshold, chance, legend=lambda g: f"G = {g} ({name(g)})",
+                           tick=lambda g: f"G = {g} ({name(g)})\n{cache_per_token[g]} / token",
+                           xlabel=f"key/value heads G of {num_heads} query heads\n(numbers cached per token)",
+                           descending=True, legend_loc="center right")
+
+
+def _learning_study(curves, steps, max_steps, threshold, chance, legend, tick, xlabel, descending=False,
+                    legend_loc="lower right") -> Figure:
+    """The two panels of the ensemble studies: learning curves (left), steps to threshold (right)."""
     curves, steps = list(curves), list(steps)
     if not curves or not steps:
         raise ValueError("curves and steps must each hold at least one run")
     for h, curve in curves:
-        check_int("curves' head count", h, minimum=1)
+        check_int("curves' group", h, minimum=1)
         check_instance("curve", curve, pd.DataFrame, "pandas.DataFrame")
         if "worst" not in curve.columns:
             raise ValueError(f"each curve must have a 'worst' column, got {list(curve.columns)}")
     max_steps = check_int("max_steps", max_steps, minimum=1)
-    d_model = check_int("d_model", d_model, minimum=1)
     for name, value in (("threshold", threshold), ("chance", chance)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
             raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
-    heads = sorted({h for h, _ in curves} | {int(h) for h, _ in steps})
+    heads = sorted({h for h, _ in curves} | {int(h) for h, _ in steps}, reverse=descending)
     colours = {h: PALETTE[k] for h, k in zip(heads, ("attention", "projection", "output", "norm", "recurrent", "ffn"))}
     fig = new_figure(9.0, 3.8)
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.5, 1.0]})
     labelled = set()
     for h, curve in curves:
         left.plot(curve.index, 100 * curve["worst"].to_numpy(dtype=float), color=colours[h], linewidth=1.2,
-                  alpha=0.8, label=None if h in labelled else f"h = {h}")
+                  alpha=0.8, label=None if h in labelled else legend(h))
         labelled.add(h)
     left.axhline(100 * threshold, color="black", linestyle="--", linewidth=1.0)
     left.text(0, 100 * threshold + 1.5, f"threshold {threshold:.0%}", fontsize=10, va="bottom")
@@ -278,7 +321,7 @@ def plot_head_count_study(curves: Sequence[tuple[int, pd.DataFrame]], steps: Seq
     left.set_xlim(0, max_steps)
     left.set_xlabel("training step")
     left.set_ylabel("worst lookup: held-out accuracy (%)")
-    left.legend(frameon=False, loc="lower right")
+    left.legend(frameon=False, loc=legend_loc)
     left.set_title("every run (one line per seed)")
     rng = np.random.default_rng(len(steps))  # jitter only: a function of the data, not a seed of the course
     for position, h in enumerate(heads):
@@ -291,10 +334,10 @@ def plot_head_count_study(curves: Sequence[tuple[int, pd.DataFrame]], steps: Seq
     right.axhline(max_steps, color="grey", linestyle=":", linewidth=1.0)
     right.text(len(heads) - 0.5, max_steps, f"budget {max_steps}:\nnot reached (△)", fontsize=10,
                va="top", ha="right")
-    right.set_xticks(range(len(heads)), [f"{h}\n($d_k$={d_model // h})" for h in heads])
+    right.set_xticks(range(len(heads)), [tick(h) for h in heads])
     right.set_xlim(-0.5, len(heads) - 0.5)
     right.set_ylim(0, max_steps * 1.08)
-    right.set_xlabel(f"heads h at $d_{{model}}$ = {d_model}")
+    right.set_xlabel(xlabel)
     right.set_ylabel(f"steps until every lookup ≥ {threshold:.0%}")
     right.set_title("steps to threshold (one point per seed)")
     return fig
