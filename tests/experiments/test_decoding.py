@@ -64,3 +64,13 @@ def test_claims_reject_unpaired_or_empty_runs():
         dc.beam_claims([])
     with pytest.raises(TypeError, match="runs"):
         dc.exposure_claims([dataclasses.asdict(plain[0])])
+
+
+def test_an_ensemble_in_two_workers_is_the_plain_loop_bit_for_bit():
+    from transformer_course.experiments.decoding import decoding_ensemble
+
+    loop = decoding_ensemble(3, num_seeds=2)
+    parallel = decoding_ensemble(3, num_seeds=2, workers=2)
+    assert [run.seed for run in parallel] == [3, 4]
+    for a, b in zip(loop, parallel):
+        assert a.losses == b.losses and a.token_accuracy == b.token_accuracy and a.confidence == b.confidence

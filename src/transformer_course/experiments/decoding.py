@@ -28,6 +28,7 @@ from transformer_course.measure.calibration import expected_calibration_error
 from transformer_course.nn.decoding import beam_search
 from transformer_course.nn.model import Transformer
 from .claims import Claim
+from .parallel import map_runs
 from .data import BOS_ID, EOS_ID
 from .reversal import ENSEMBLE_SIZE, ReversalSettings, heldout_reversal_batch, train_reversal_model
 
@@ -92,11 +93,14 @@ def decoding_run(seed: int, label_smoothing: float = 0.0, settings: ReversalSett
 
 
 def decoding_ensemble(base_seed: int, label_smoothing: float = 0.0, num_seeds: int = ENSEMBLE_SIZE,
-                      settings: ReversalSettings = DECODING) -> list[DecodingRun]:
-    """:func:`decoding_run` for seeds ``base_seed .. base_seed + num_seeds - 1``, one after another."""
+                      settings: ReversalSettings = DECODING, workers: int = 1) -> list[DecodingRun]:
+    """:func:`decoding_run` for seeds ``base_seed .. base_seed + num_seeds - 1``, in ``workers``
+    processes (:func:`~transformer_course.experiments.parallel.map_runs`: the same runs bit for bit)."""
     base_seed = check_int("base_seed", base_seed, minimum=0)
     num_seeds = check_int("num_seeds", num_seeds, minimum=1)
-    return [decoding_run(base_seed + k, label_smoothing, settings) for k in range(num_seeds)]
+    workers = check_int("workers", workers, minimum=1)
+    return map_runs(decoding_run, [(base_seed + k, label_smoothing, settings) for k in range(num_seeds)],
+                    workers=workers)
 
 
 def _median(values) -> float:

@@ -87,11 +87,17 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 
 def _ignore_interrupts() -> None:
-    """Kept workers wait between calls: a Ctrl-C (or a Jupyter kernel's shutdown) is the parent's to handle.
+    """Set up a worker: one thread, and interrupts left to the parent.
 
-    The parent stops them (``shutdown_workers``, at exit); without this, an interrupt sent to the
-    process group would print a traceback from every idle worker.
+    Runs share the machine's cores between the workers, so each computes on one thread (as the
+    course's runs do in the notebook: ``training.fit`` results are bit-for-bit those of one thread).
+    Kept workers wait between calls: a Ctrl-C (or a Jupyter kernel's shutdown) is the parent's to
+    handle. The parent stops them (``shutdown_workers``, at exit); without this, an interrupt sent
+    to the process group would print a traceback from every idle worker.
     """
+    import torch
+
+    torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

@@ -30,6 +30,7 @@ from transformer_course.nn.model import Transformer
 from .claims import Claim
 from .cross_attention import antidiagonal_mass, cross_attention_weights
 from .data import make_batch
+from .parallel import map_runs
 from .seq2seq import (exact_match, residual_stream_table, stream_departure, toy_transformer, train_seq2seq,
                       with_placement)
 
@@ -204,11 +205,21 @@ def reversal_run(seed: int, settings: ReversalSettings = REVERSAL, keep_model: b
 
 
 def reversal_ensemble(base_seed: int, num_seeds: int = ENSEMBLE_SIZE, settings: ReversalSettings = REVERSAL,
-                      keep_models: bool = False, device: torch.device | str | None = None) -> list[ReversalRun]:
-    """:func:`reversal_run` for seeds ``base_seed .. base_seed + num_seeds - 1``, one after another."""
+                      keep_models: bool = False, device: torch.device | str | None = None,
+                      workers: int = 1) -> list[ReversalRun]:
+    """:func:`reversal_run` for seeds ``base_seed .. base_seed + num_seeds - 1``.
+
+    On the CPU, ``workers`` > 1 trains them in that many processes
+    (:func:`~transformer_course.experiments.parallel.map_runs`, the same runs bit for bit); on
+    another device they train one after another.
+    """
     base_seed = check_int("base_seed", base_seed, minimum=0)
     num_seeds = check_int("num_seeds", num_seeds, minimum=1)
-    return [reversal_run(base_seed + k, settings, keep_models, device) for k in range(num_seeds)]
+    workers = check_int("workers", workers, minimum=1)
+    if torch.device(device if device is not None else "cpu").type != "cpu":
+        workers = 1
+    return map_runs(reversal_run, [(base_seed + k, settings, keep_models, device) for k in range(num_seeds)],
+                    workers=workers)
 
 
 def _median(values) -> float:
