@@ -1,7 +1,7 @@
 """DL0035 exercise 2 hands the student only the parts of an encoder layer (issue 22).
 
 The visible test used to pass the package's ``EncoderLayer`` itself, so ``return layer(x)`` passed.
-It now passes a module of its own whose forward refuses to compute the answer. This test runs the
+It now passes the parts in a `ModuleParts` (course.checks), whose forward refuses to compute the answer. This test runs the
 stored notebook's test cell against that shortcut (the visible check must fail it with an
 ``ExerciseError``) and against the reference solution (every check, hidden ones included, passes).
 The fixture of typical wrong answers holds one answer per exercise (a Pre-LN mix-up for this one),

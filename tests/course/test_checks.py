@@ -195,3 +195,19 @@ def test_public_messages_never_show_the_expected_value():
     with pytest.raises(ExerciseError) as caught:
         check_number("window_scores", 2_000_000, 2_088_832)
     assert caught.value.public == "window_scores: wrong value, got 2,000,000"
+
+
+def test_module_parts_expose_the_parts_and_refuse_to_be_called():
+    import pickle
+
+    from transformer_course.course.checks import ExerciseError, ModuleParts
+
+    norm = torch.nn.LayerNorm(4)
+    parts = ModuleParts("layer", norm1=norm)
+    assert parts.norm1 is norm
+    with pytest.raises(ExerciseError, match=r"compute the output from layer\.norm1, not with layer\(x\)"):
+        parts(torch.zeros(1, 4))
+    again = pickle.loads(pickle.dumps(parts))  # the grader sends it into the sandbox
+    assert torch.equal(again.norm1.weight, norm.weight)
+    with pytest.raises(TypeError, match="parts must be"):
+        ModuleParts("layer", norm1="not a module")

@@ -13,6 +13,9 @@ Each chapter's nbgrader test cells call them (see CONTRIBUTING.md, "Exercises"):
     check_equal    an exact answer: a string, a tuple, a choice
     check_callable that the student defined a function (and did not leave the stub)
     check_raises   that a function rejects a bad input with the right exception
+
+and ``ModuleParts`` hands a student's function the sub-modules of a layer without the layer's own
+forward (calling it raises an ``ExerciseError`` naming the parts to use).
 """
 
 from __future__ import annotations
@@ -198,3 +201,28 @@ def check_raises(name: str, function: Callable[..., Any], args: Sequence[Any] = 
     except Exception as error:  # noqa: BLE001 (any other exception is the student's answer to report)
         raise ExerciseError(f"{call}: expected {exception.__name__}, got {type(error).__name__}: {error}") from None
     raise ExerciseError(f"{call}: expected {exception.__name__}, but nothing was raised")
+
+
+class ModuleParts(torch.nn.Module):
+    """Named sub-modules handed to a student's function, with no forward of their own.
+
+    ``ModuleParts("layer", self_attn=..., norm1=...)`` exposes ``parts.self_attn`` and ``parts.norm1``;
+    calling ``parts(x)`` raises an :class:`ExerciseError` that names the parts to compute with. It is a
+    package class, not one of the test cell, so the grader can send it into the student's sandbox.
+    """
+
+    def __init__(self, what: str, **parts: torch.nn.Module) -> None:
+        super().__init__()
+        if not isinstance(what, str) or not what:
+            raise TypeError(f"what must be a non-empty str, got {what!r}")
+        if not parts or not all(isinstance(part, torch.nn.Module) for part in parts.values()):
+            raise TypeError("parts must be one or more torch.nn.Module keyword arguments")
+        self.what = what
+        for name, part in parts.items():
+            self.add_module(name, part)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        names = ", ".join(f"{self.what}.{name}" for name, _ in self.named_children())
+        raise ExerciseError(f"{self.what} holds only its parts: compute the output from {names}, "
+                            f"not with {self.what}(x)")
+
