@@ -158,6 +158,12 @@ def test_placement_lr_sweep_tables():
     assert "[" in table.iloc[0, 0] and "%" in sweep_table(sweep.finals, "accuracy").iloc[0, 0]
     best = best_learning_rates(sweep.finals)
     assert set(best["best lr"]) <= {1e-3, 3e-2} and best.shape == (6, 3)
+    in_workers = placement_lr_sweep([0, 1], TINY_SWEEP, workers=2)  # the same runs bit for bit
+    pd.testing.assert_frame_equal(in_workers.finals, sweep.finals)
+    pd.testing.assert_frame_equal(in_workers.curves, sweep.curves)
+    pd.testing.assert_frame_equal(in_workers.max_logits, sweep.max_logits)
+    with pytest.raises(ValueError, match="workers"):
+        placement_lr_sweep([0], TINY_SWEEP, workers=0)
     two = placement_lr_sweep([0], dataclasses.replace(TINY_SWEEP, placements=("Post-LN", "Pre-LN")))
     assert set(two.finals["placement"]) == {"Post-LN", "Pre-LN"}
     with pytest.raises(ValueError, match="placements must be a non-empty tuple"):

@@ -135,6 +135,15 @@ def test_grid_rows_and_a_member_does_not_depend_on_its_ensemble():
         both.select([5])
 
 
+def test_the_grid_in_two_workers_is_the_grid_in_one_process_bit_for_bit():
+    one = wr.reach_grid([0, 1, 2], TINY)
+    two = wr.reach_grid([0, 1, 2], TINY, workers=2)  # seeds [0, 2] and [1] as two ensembles per depth
+    pd.testing.assert_frame_equal(two.table, one.table)
+    assert torch.equal(two.curves, one.curves)
+    with pytest.raises(ValueError, match="workers"):
+        wr.reach_grid([0], TINY, workers=0)
+
+
 def _fake_result(accuracy=None, steps=None):
     """A grid result with chosen per-cell accuracy and steps to threshold (8 seeds each)."""
     settings = wr.REACH_GRID

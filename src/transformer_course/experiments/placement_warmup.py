@@ -32,6 +32,7 @@ from transformer_course.nn.model import Encoder
 from .gradient_flow import (PLACEMENTS, SortingEncoder, init_xavier_, layer_gradient_norms, probe_batch, sorting_batch,
                             sorting_loss)
 from .claims import Claim
+from .parallel import map_runs
 from .stacked import StackedSortingEncoders, fit_stacked, stacked_sorting_loss
 from .training import fit, seeded
 
@@ -278,7 +279,7 @@ def _held_out_batch(seed: int, settings: SweepSettings) -> tuple[torch.Tensor, t
 
 
 def placement_lr_sweep(seeds: Iterable[int], settings: SweepSettings = CHAPTER_SWEEP, progress: bool = False,
-                       device: torch.device | str = "cpu") -> PlacementSweep:
+                       device: torch.device | str = "cpu", workers: int = 1) -> PlacementSweep:
     """Train a ``SortingEncoder`` once per (placement, warm-up, learning rate, seed).
 
     Every run uses Xavier initialization, Adam at peak learning rate ``lr`` and no gradient
@@ -292,8 +293,11 @@ def placement_lr_sweep(seeds: Iterable[int], settings: SweepSettings = CHAPTER_S
     Args:
         seeds: the ensemble; each seed seeds the weights, the training batches and the held-out batch.
         settings: task, model, schedule and learning-rate grid (``CHAPTER_SWEEP`` in the chapter).
-        progress: one tqdm bar over the (placement, seed) pairs.
+        progress: one tqdm bar over the (placement, seed) pairs (shown only with ``workers`` = 1).
         device: where to train (weights are drawn on the CPU, then moved).
+        workers: on the CPU, the (placement, seed) stacks train in this many processes
+            (``parallel.map_runs``; each stack trains on one thread, so the numbers are the same
+            bit for bit); on another device they train one after another.
 
     Returns:
         A ``PlacementSweep`` (curves, finals, settings).
@@ -308,20 +312,20 @@ def placement_lr_sweep(seeds: Iterable[int], settings: SweepSettings = CHAPTER_S
     if not seeds:
         raise ValueError("seeds must hold at least one seed, got none")
     check_instance("settings", settings, SweepSettings, "SweepSettings")
+    workers = check_int("workers", workers, minimum=1)
+    if torch.device(device).type != "cpu":
+        workers = 1
     s = settings
-    schedules = [(warmup, lr) for warmup in (NO_WARMUP, WARMUP) for lr in s.lrs]  # the runs of one (placement, seed)
-    groups = [[p for p in s.placements if SWEEP_PLACEMENTS[p] == norm_first] for norm_first in (False, True)]
+    groups = [tuple(p for p in s.placements if SWEEP_PLACEMENTS[p] == norm_first) for norm_first in (False, True)]
     groups = [group for group in groups if group]  # Post-LN and DeepNorm share a stack (same norm_first)
-    curves, logits, rows = {}, {}, []
     pairs = [(group, seed) for group in groups for seed in seeds]
-    for group, seed in tqdm(pairs, disable=not progress, desc="runs", leave=False):
-        members = [(placement, warmup, lr) for placement in group for warmup, lr in schedules]
-        singles = {placement: sweep_model(placement, seed, s) for placement in group}
-        model = StackedSortingEncoders([singles[placement] for placement, _, _ in members]).to(device)
-        losses, max_logits = _fit_members(model, [seed] * len(members), s, [lr for _, _, lr in members],
-                                          [s.warmup_steps if warmup == WARMUP else 0 for _, warmup, _ in members],
-                                          device)
-        held_out, accuracy = _held_out(model, [seed] * len(members), s, device)
+    if workers > 1:
+        results = map_runs(_sweep_stack, [(group, seed, s, device) for group, seed in pairs], workers)
+    else:
+        results = [_sweep_stack(group, seed, s, device)
+                   for group, seed in tqdm(pairs, disable=not progress, desc="runs", leave=False)]
+    curves, logits, rows = {}, {}, []
+    for (group, seed), (members, losses, max_logits, held_out, accuracy) in zip(pairs, results):
         for index, (placement, warmup, lr) in enumerate(members):
             curves[(placement, warmup, lr, seed)] = losses[:, index].tolist()
             logits[(placement, warmup, lr, seed)] = max_logits[:, index].tolist()
@@ -330,6 +334,23 @@ def placement_lr_sweep(seeds: Iterable[int], settings: SweepSettings = CHAPTER_S
     order = [(placement, warmup, lr, seed) for placement in s.placements for warmup in (NO_WARMUP, WARMUP)
              for lr in s.lrs for seed in seeds]
     return _sweep_result(curves, logits, rows, order, s)
+
+
+def _sweep_stack(group: tuple[str, ...], seed: int, s: SweepSettings, device: torch.device | str) -> tuple:
+    """Train the runs of one seed for the placements of ``group`` (which share ``norm_first``) as one stack.
+
+    Returns:
+        (members, losses, max_logits, held_out, accuracy): the (placement, warm-up, lr) of each
+        member, its (steps, E) training losses and largest logits, and its (E,) held-out loss and accuracy.
+    """
+    schedules = [(warmup, lr) for warmup in (NO_WARMUP, WARMUP) for lr in s.lrs]  # the runs of one (placement, seed)
+    members = [(placement, warmup, lr) for placement in group for warmup, lr in schedules]
+    singles = {placement: sweep_model(placement, seed, s) for placement in group}
+    model = StackedSortingEncoders([singles[placement] for placement, _, _ in members]).to(device)
+    losses, max_logits = _fit_members(model, [seed] * len(members), s, [lr for _, _, lr in members],
+                                      [s.warmup_steps if warmup == WARMUP else 0 for _, warmup, _ in members], device)
+    held_out, accuracy = _held_out(model, [seed] * len(members), s, device)
+    return members, losses.cpu(), max_logits.cpu(), held_out.cpu(), accuracy.cpu()
 
 
 def _fit_members(model: StackedSortingEncoders, seeds: list[int], s: SweepSettings, lrs: list[float],
