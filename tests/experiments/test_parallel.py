@@ -57,3 +57,24 @@ def test_started_workers_are_the_ones_map_runs_uses():
     with pytest.raises(TypeError, match="modules must be module names"):
         parallel.start_workers(2, 3)
     parallel.shutdown_workers()
+
+
+def _streams():
+    import sys
+
+    return sys.stdout is sys.__stdout__, sys.stderr is sys.__stderr__
+
+
+def test_workers_fork_on_linux_spawn_elsewhere_and_write_to_their_own_streams(monkeypatch):
+    import sys
+
+    from transformer_course.experiments import parallel
+
+    assert parallel.start_method() == ("fork" if sys.platform.startswith("linux") else "spawn")
+    parallel.shutdown_workers()
+    assert map_runs(_streams, [()] * 2, workers=2) == [(True, True)] * 2  # not the parent's (a kernel's) streams
+    forked = map_runs(operator.mul, [(a, 7) for a in range(5)], workers=2)
+    parallel.shutdown_workers()
+    monkeypatch.setattr(parallel, "start_method", lambda: "spawn")
+    assert map_runs(operator.mul, [(a, 7) for a in range(5)], workers=2) == forked == [7 * a for a in range(5)]
+    parallel.shutdown_workers()

@@ -495,8 +495,9 @@ def length_generalization_ensemble(task: str = "last_value", schemes: Sequence[s
         seeds: the ensemble: one model per scheme and seed (weights and training batches); the test
             sequences are the same for every model.
         rope_scalings: methods among ``ROPE_SCALINGS`` to evaluate the RoPE models with.
-        workers: processes that train members side by side (spawned, so a script that passes
-            more than 1 needs the ``if __name__ == "__main__":`` guard). Every member trains on one
+        workers: processes that train members side by side (``parallel.map_runs``; where they are
+            spawned, a script that passes more than 1 needs the ``if __name__ == "__main__":``
+            guard). Every member trains on one
             thread whatever the number of workers, so the results do not depend on it; only the
             wall time does (the chapter passes 2, the cores the course budgets for).
         eval_sequences: test sequences per model and test length (the same for every model).

@@ -1,13 +1,16 @@
 """Independent training runs side by side in worker processes, with the same results as one by one.
 
 The course's toy models train on one CPU thread (``training.fit``), so a machine with two cores
-can train two ensemble members at once. Each worker is a fresh (spawned) Python process that runs
-``fn`` on its arguments; a run's numbers depend only on its own arguments and its single thread,
-so the results are those of a plain loop, in the same order, whatever the number of workers.
+can train two ensemble members at once. Each worker is a separate Python process that runs ``fn``
+on its arguments; a run's numbers depend only on its own arguments and its single thread, so the
+results are those of a plain loop, in the same order, whatever the number of workers.
 
-Starting a worker costs about two seconds of CPU (it imports torch and the package), so the
-workers are kept for the next call with the same number of workers (a chapter that trains three
-ensembles starts its workers once), and shut down when the process exits.
+On Linux a worker is forked from the calling process: it starts in milliseconds, with torch and
+the package already imported (PyTorch's own ``DataLoader`` workers start the same way). Elsewhere
+(macOS, where forking a process that has loaded system frameworks is unsafe, and Windows, which
+cannot fork) it is spawned: a fresh Python that imports torch and the package, about two seconds
+of CPU. Either way the workers are kept for the next call with the same number of workers (a
+chapter that trains three ensembles starts its workers once), and shut down when the process exits.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import atexit
 import importlib
 import multiprocessing
 import signal
+import sys
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -35,8 +39,8 @@ def map_runs(fn: Callable[..., Result], arguments: Iterable[tuple], workers: int
             on state a previous run left in its worker (seed everything it draws, as the course's
             runs do), since workers are reused from call to call.
         arguments: one tuple of positional arguments per run.
-        workers: processes (1 = a plain loop in this process). Workers are spawned, so a script
-            that passes more than 1 needs the ``if __name__ == "__main__":`` guard.
+        workers: processes (1 = a plain loop in this process). Where workers are spawned (macOS,
+            Windows), a script that passes more than 1 needs the ``if __name__ == "__main__":`` guard.
 
     Returns:
         The runs' results, in the order of ``arguments``.
@@ -58,8 +62,8 @@ def map_runs(fn: Callable[..., Result], arguments: Iterable[tuple], workers: int
 def start_workers(workers: int, *modules: str) -> None:
     """Start ``workers`` kept worker processes now, each importing ``modules``, without waiting for them.
 
-    A chapter calls this early, so that the workers start (about two seconds of CPU each) while
-    its first cells run, not when its first ensemble is due. Later ``map_runs`` calls with the same
+    A chapter calls this early, so that the workers start (where they are spawned, about two
+    seconds of CPU each) while its first cells run, not when its first ensemble is due. Later ``map_runs`` calls with the same
     ``workers`` use them; nothing else changes (the results are the same with or without it).
 
     Raises:
@@ -81,24 +85,33 @@ def _import(modules: tuple[str, ...]) -> None:
 
 def _pool(workers: int) -> ProcessPoolExecutor:
     if workers not in _POOLS:
-        _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+        _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(start_method()),
                                               initializer=_ignore_interrupts)
     return _POOLS[workers]
 
 
+def start_method() -> str:
+    """How workers start: "fork" on Linux, "spawn" elsewhere (see the module docstring)."""
+    return "fork" if sys.platform.startswith("linux") else "spawn"
+
+
 def _ignore_interrupts() -> None:
-    """Set up a worker: one thread, and interrupts left to the parent.
+    """Set up a worker: one thread, interrupts left to the parent, and the process's own output streams.
 
     Runs share the machine's cores between the workers, so each computes on one thread (as the
     course's runs do in the notebook: ``training.fit`` results are bit-for-bit those of one thread).
     Kept workers wait between calls: a Ctrl-C (or a Jupyter kernel's shutdown) is the parent's to
     handle. The parent stops them (``shutdown_workers``, at exit); without this, an interrupt sent
-    to the process group would print a traceback from every idle worker.
+    to the process group would print a traceback from every idle worker. A forked worker inherits
+    the parent's ``sys.stdout``; under Jupyter that object sends through a thread of the kernel
+    that a forked process does not have, so the worker writes to its own streams instead.
     """
     import torch
 
     torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.__stdout__ is not None and sys.__stderr__ is not None:
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
 
 
 @atexit.register
