@@ -14,7 +14,8 @@ notebook alone, far from the repository. The test builds such an environment in 
 3. copies the student notebook into an empty folder and executes it there, in that environment's
    kernel, from its first cell up to its first exercise (the exercises are the student's to write).
 
-The notebook is ``student/dl0030_positional_encoding.ipynb``; ``COLAB_LIKE_NOTEBOOK`` (a file name
+The notebook is ``student/dl0031_feed_forward_network.ipynb`` (its cells before the first exercise
+train an ensemble in worker processes, so the workers start from the installed package too); ``COLAB_LIKE_NOTEBOOK`` (a file name
 in student/) overrides it.
 """
 
@@ -33,7 +34,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.network, pytest.mark.slow]
-PREFERRED = ["dl0030_positional_encoding.ipynb"]
+PREFERRED = ["dl0031_feed_forward_network.ipynb"]
 REPOSITORY_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
 TORCH = "torch==2.13.0"
 
