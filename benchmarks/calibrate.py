@@ -44,6 +44,8 @@ def load_claims_function(chapter: str, directory: Path = CALIBRATION_DIR):
     if not path.is_file():
         known = ", ".join(chapters_with_calibration(directory)) or "none"
         raise ValueError(f"chapter must name a module of {directory}, got {chapter!r} (known: {known})")
+    if str(directory) not in sys.path:  # the modules share benchmarks/calibration/_cache.py
+        sys.path.insert(0, str(directory))
     spec = importlib.util.spec_from_file_location(f"calibration_{chapter}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

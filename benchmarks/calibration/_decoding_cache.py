@@ -9,21 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import tempfile
 from pathlib import Path
 
 from transformer_course.experiments.decoding import DECODING, decoding_run
+from _cache import cached  # benchmarks/calibration/_cache.py (calibrate.py puts this folder on sys.path)
 
 CACHE = Path(os.environ.get("DECODING_CALIBRATION_CACHE", Path(tempfile.gettempdir()) / "decoding_calibration"))
 
 
 def cached_run(seed: int, label_smoothing: float):
     settings = hashlib.sha1(repr((DECODING, "v1")).encode()).hexdigest()[:12]  # a new setting, a new cache entry
-    path = CACHE / f"{settings}_{label_smoothing:g}_{seed}.pickle"
-    if path.is_file():
-        return pickle.loads(path.read_bytes())
-    run = decoding_run(seed, label_smoothing, DECODING)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(run))
-    return run
+    return cached(CACHE, f"{settings}_{label_smoothing:g}_{seed}.pickle",
+                  lambda: decoding_run(seed, label_smoothing, DECODING))

@@ -10,24 +10,14 @@ base seeds 0..29 need the 37 seeds 0..36 once each, not 30 x 8.
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 from transformer_course.experiments import head_count as hc
 from transformer_course.experiments import kv_heads as kv
 from transformer_course.experiments.claims import Claim
+from _cache import cached  # benchmarks/calibration/_cache.py (calibrate.py puts this folder on sys.path)
 
 CACHE = Path(__file__).resolve().parents[2] / "artifacts" / "calibration_cache" / "dl0027"
-
-
-def _cached(key: str, compute):
-    path = CACHE / key
-    if path.is_file():
-        return pickle.loads(path.read_bytes())
-    result = compute()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(result))
-    return result
 
 
 def cached_run(seed: int, num_heads: int) -> hc.LookupRun:
@@ -36,11 +26,11 @@ def cached_run(seed: int, num_heads: int) -> hc.LookupRun:
         run.model = None  # the claims read the curve, scores and ablation only
         return run
 
-    return _cached(f"h{num_heads}_s{seed}_steps{hc.MAX_STEPS}_thr{hc.THRESHOLD}_every{hc.EVAL_EVERY}.pkl", compute)
+    return cached(CACHE, f"h{num_heads}_s{seed}_steps{hc.MAX_STEPS}_thr{hc.THRESHOLD}_every{hc.EVAL_EVERY}.pkl", compute)
 
 
 def cached_kv_run(seed: int, num_kv_heads: int) -> kv.KVRun:
-    return _cached(f"kv{num_kv_heads}_h{kv.NUM_HEADS}_s{seed}_steps{hc.MAX_STEPS}_thr{hc.THRESHOLD}_every{hc.EVAL_EVERY}.pkl",
+    return cached(CACHE, f"kv{num_kv_heads}_h{kv.NUM_HEADS}_s{seed}_steps{hc.MAX_STEPS}_thr{hc.THRESHOLD}_every{hc.EVAL_EVERY}.pkl",
                    lambda: kv.kv_run(seed, num_kv_heads))
 
 

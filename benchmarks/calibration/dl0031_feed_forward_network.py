@@ -12,32 +12,22 @@ and assembles every base seed's ensembles from the cache: 30 base seeds need 45 
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import pandas as pd
 
 from transformer_course.experiments import moe_load as ml
 from transformer_course.experiments.rank_collapse import CHAPTER_SETTINGS, chapter_claims, rank_collapse
+from _cache import cached  # benchmarks/calibration/_cache.py (calibrate.py puts this folder on sys.path)
 
 CACHE = Path(__file__).resolve().parents[2] / "artifacts" / "calibration_cache" / "dl0031"
-
-
-def _cached(key: str, compute):
-    path = CACHE / key
-    if path.is_file():
-        return pickle.loads(path.read_bytes())
-    result = compute()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(result))
-    return result
 
 
 def collapse_seed(seed: int) -> pd.DataFrame:
     """``rank_collapse`` of one seed (its rows do not depend on the other seeds of the call)."""
     s = CHAPTER_SETTINGS
     key = f"collapse_s{seed}_d{s['depth']}_D{s['d_model']}_H{s['num_heads']}_T{s['seq_len']}_B{s['batch_size']}.pkl"
-    return _cached(key, lambda: rank_collapse(depth=s["depth"], d_model=s["d_model"], num_heads=s["num_heads"],
+    return cached(CACHE, key, lambda: rank_collapse(depth=s["depth"], d_model=s["d_model"], num_heads=s["num_heads"],
                                               seq_len=s["seq_len"], batch_size=s["batch_size"], seeds=[seed]))
 
 
@@ -45,7 +35,7 @@ def moe_seed(seed: int, alpha: float) -> ml.MoERun:
     s = ml.MOE_SETTINGS
     key = (f"moe_s{seed}_a{alpha:g}_E{s['num_experts']}_k{s['top_k']}_steps{s['steps']}_bs{s['batch_size']}"
            f"_lr{s['lr']:g}_test{s['test_size']}.pkl")
-    return _cached(key, lambda: ml.moe_run(seed, alpha))
+    return cached(CACHE, key, lambda: ml.moe_run(seed, alpha))
 
 
 def claims(base_seed: int):

@@ -5,7 +5,6 @@ are computed once and cached (in the system's temporary directory) for the base 
 """
 
 import hashlib
-import pickle
 import tempfile
 from pathlib import Path
 
@@ -16,27 +15,18 @@ from transformer_course.experiments.placement_warmup import (CHAPTER_SWEEP, ENSE
                                                              gradient_norm_ensemble, gradient_profile_claims,
                                                              placement_lr_sweep, qk_norm_claims, qk_norm_runs,
                                                              sweep_claims, GRADIENT_DEPTH)
+from _cache import cached  # benchmarks/calibration/_cache.py (calibrate.py puts this folder on sys.path)
 
 CACHE = Path(tempfile.gettempdir()) / "transformer_course_calibration" / "dl0034_layer_norm"
-
-
-def _cached(name: str, seed: int, compute):
-    path = CACHE / f"{name}-{seed}.pkl"
-    if path.is_file():
-        return pickle.loads(path.read_bytes())
-    value = compute()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(value))
-    return value
 
 
 def seed_results(seed: int):
     """The four experiments for one seed: the sweep, QK-norm's runs, gradient profile, first Adam step (cached)."""
     key = hashlib.sha1(repr(CHAPTER_SWEEP).encode()).hexdigest()[:10]  # a new cache when the settings change
-    return (_cached(f"sweep-logits{key}", seed, lambda: placement_lr_sweep([seed])),
-            _cached(f"qk-norm{key}", seed, lambda: qk_norm_runs([seed])),
-            _cached("gradients", seed, lambda: gradient_norm_ensemble(GRADIENT_DEPTH, [seed])),
-            _cached("first_step", seed, lambda: first_step_ensemble([seed])))
+    return (cached(CACHE, f"sweep-logits{key}-{seed}.pkl", lambda: placement_lr_sweep([seed])),
+            cached(CACHE, f"qk-norm{key}-{seed}.pkl", lambda: qk_norm_runs([seed])),
+            cached(CACHE, f"gradients-{seed}.pkl", lambda: gradient_norm_ensemble(GRADIENT_DEPTH, [seed])),
+            cached(CACHE, f"first_step-{seed}.pkl", lambda: first_step_ensemble([seed])))
 
 
 def _merge(sweeps: list[PlacementSweep]) -> PlacementSweep:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import pickle
 import tempfile
 from pathlib import Path
 
 from transformer_course.experiments.claims import Claim
 from transformer_course.experiments.decoding import LABEL_SMOOTHING, beam_claims, label_smoothing_claims
 from transformer_course.experiments.reversal import ENSEMBLE_SIZE, REVERSAL, reversal_claims, reversal_run
+from _cache import cached  # benchmarks/calibration/_cache.py (calibrate.py puts this folder on sys.path)
 
 _spec = importlib.util.spec_from_file_location("_decoding_cache", Path(__file__).with_name("_decoding_cache.py"))
 _decoding_cache = importlib.util.module_from_spec(_spec)
@@ -30,13 +30,7 @@ CACHE = Path(os.environ.get("DL0035_CALIBRATION_CACHE", Path(tempfile.gettempdir
 
 def _run(seed: int):
     settings = hashlib.sha1(repr(REVERSAL).encode()).hexdigest()[:12]  # a new setting, a new cache entry
-    path = CACHE / f"{settings}_{seed}.pickle"
-    if path.is_file():
-        return pickle.loads(path.read_bytes())
-    run = reversal_run(seed, REVERSAL)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(run))
-    return run
+    return cached(CACHE, f"{settings}_{seed}.pickle", lambda: reversal_run(seed, REVERSAL))
 
 
 def claims(base_seed: int) -> list[Claim]:

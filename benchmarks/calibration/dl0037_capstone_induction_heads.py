@@ -12,13 +12,13 @@ committed): base seeds 0..29 need the 37 seeds 0..36 once each, not 30 x 8.
 from __future__ import annotations
 
 import hashlib
-import pickle
 import sys
 from pathlib import Path
 
 from transformer_course.experiments import induction_heads as ih
 from transformer_course.experiments.claims import Claim
 from transformer_course.experiments.parallel import map_runs
+from _cache import cached  # benchmarks/calibration/_cache.py (this folder is on sys.path: a script's own, or calibrate.py's)
 
 CACHE = Path(__file__).resolve().parents[2] / "artifacts" / "calibration_cache" / "dl0037"
 KEY = hashlib.sha256(repr(ih.training_key()).encode()).hexdigest()[:12]  # the analysis may change; training may not
@@ -27,13 +27,7 @@ KEY = hashlib.sha256(repr(ih.training_key()).encode()).hexdigest()[:12]  # the a
 def cached_run(seed: int, settings: ih.CapstoneSettings = ih.CAPSTONE) -> ih.InductionRun:
     if ih.training_key(settings) != ih.training_key():
         raise ValueError("the calibration caches the chapter's settings only")
-    path = CACHE / f"s{seed}_{KEY}.pkl"
-    if path.is_file():
-        return pickle.loads(path.read_bytes())
-    run = ih.run_induction(seed, settings)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(run))
-    return run
+    return cached(CACHE, f"s{seed}_{KEY}.pkl", lambda: ih.run_induction(seed, settings))
 
 
 def claims(base_seed: int) -> list[Claim]:
