@@ -29,8 +29,9 @@ blocked and recorded. The checks:
   violation, of any impact, is counted in the failure message;
 * every page's footer names the edition and the licences (text and figures CC BY 4.0, code MIT).
 
-A full-page screenshot of each page in each theme is saved under ``artifacts/screenshots/``
-(gitignored) for a person to look at. The browser is ``$CHROMIUM`` if set, else Debian's Chromium
+A screenshot of each page in each theme is saved under ``artifacts/screenshots/`` (gitignored) for
+a person to look at: the first screen of the page, or with ``SITE_SCREENSHOTS=full`` (as the deploy
+workflow sets it) the full page, which costs about 3 s a chapter page and view, a third of the test. The browser is ``$CHROMIUM`` if set, else Debian's Chromium
 (``/usr/bin/chromium``), else the Chromium that ``playwright install chromium`` downloaded. With
 none of them the test is skipped with one line saying how to enable it, except where the
 environment variable ``CI`` is set: there a missing browser fails the run. ``COURSE_SITE_HTML`` may
@@ -63,6 +64,7 @@ DEBIAN_CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = ROOT / "artifacts" / "screenshots"
+FULL_PAGE_SCREENSHOTS = os.environ.get("SITE_SCREENSHOTS", "") == "full"
 pytestmark = pytest.mark.browser
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 THEMES = ("light", "dark")
@@ -327,7 +329,7 @@ def _visit(context, base: str, page_path: str, theme: str) -> dict:
     if theme in THEMES:  # the desktop width, light and dark: audit the page with axe-core
         page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
         info["axe"] = page.evaluate(AXE_JS)
-    page.screenshot(path=str(ARTIFACTS / theme / _screenshot_name(page_path)), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / theme / _screenshot_name(page_path)), full_page=FULL_PAGE_SCREENSHOTS)
     page.close()
     info.update(status=response.status if response else None, console_errors=console_errors,
                 external=external, failed=failed)

@@ -193,6 +193,9 @@ def test_deploy_publishes_what_the_readme_build_command_produces():
     student_command = "COURSE_EDITION=student jupyter-book build . --path-output _build/student"
     assert student_command in (ROOT / "README.md").read_text() and student_command in site["run"]
     assert 'echo "path=_build/student/_build/html" >> "$GITHUB_OUTPUT"' in site["run"]
+    # The screenshots it keeps are of full pages (the browser test's default is the first screen).
+    browser = _step(deploy, "build", "Check every page in the browser")
+    assert browser["env"]["SITE_SCREENSHOTS"] == "full" and "tests/test_site_browser.py" in browser["run"]
     assert site["env"]["EDITION"] == "${{ inputs.edition || vars.COURSE_EDITION || 'full' }}"
     assert deploy[True]["workflow_dispatch"]["inputs"]["edition"]["options"] == ["full", "student"]
     # Nothing else between the build and the upload writes into the site.
