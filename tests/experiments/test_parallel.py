@@ -78,3 +78,12 @@ def test_workers_fork_on_linux_spawn_elsewhere_and_write_to_their_own_streams(mo
     monkeypatch.setattr(parallel, "start_method", lambda: "spawn")
     assert map_runs(operator.mul, [(a, 7) for a in range(5)], workers=2) == forked == [7 * a for a in range(5)]
     parallel.shutdown_workers()
+
+
+def test_workers_for_a_device_are_as_asked_on_the_cpu_and_one_elsewhere():
+    from transformer_course.experiments.parallel import workers_for
+
+    assert workers_for(2, "cpu") == workers_for(2, None) == 2
+    assert workers_for(2, "cuda") == workers_for(2, "meta") == 1
+    with pytest.raises(ValueError, match="workers"):
+        workers_for(0, "cpu")

@@ -150,8 +150,7 @@ def _fake_result(accuracy=None, steps=None):
     accuracy, steps = dict(accuracy or {}), dict(steps or {})
     rows = []
     for depth in settings.depths:
-        cells = [(d, False) for d in settings.distances_for(depth)] + [(settings.global_distance, True)]
-        for distance, global_query in cells:
+        for distance, global_query in settings.cells(depth):
             reach = settings.seq_len if global_query else settings.reach(depth)
             hops = 1 if global_query else settings.hops(distance)
             default_acc = 100.0 if reach >= distance else 12.5

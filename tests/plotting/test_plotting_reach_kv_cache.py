@@ -18,8 +18,7 @@ def _grid_result():
     settings = REACH_GRID
     rows = []
     for depth in settings.depths:
-        cells = [(d, False) for d in settings.distances_for(depth)] + [(settings.global_distance, True)]
-        for distance, global_query in cells:
+        for distance, global_query in settings.cells(depth):
             reach = settings.seq_len if global_query else settings.reach(depth)
             for seed in range(2):
                 rows.append({"layers L": depth, "distance D": distance, "global query": global_query, "seed": seed,

@@ -59,6 +59,21 @@ def map_runs(fn: Callable[..., Result], arguments: Iterable[tuple], workers: int
         return list(_pool(workers).map(_call, [fn] * len(arguments), arguments))
 
 
+def workers_for(workers: int, device: torch.device | str | None) -> int:
+    """The worker processes for training on ``device``: ``workers`` on the CPU, 1 elsewhere.
+
+    Worker processes share the CPU's cores; on an accelerator the runs train one after another in
+    this process (forked workers cannot use CUDA, and one GPU gains nothing from two of them).
+
+    Raises:
+        TypeError, ValueError: if ``workers`` is not an int >= 1.
+    """
+    import torch
+
+    workers = check_int("workers", workers, minimum=1)
+    return workers if torch.device(device if device is not None else "cpu").type == "cpu" else 1
+
+
 def start_workers(workers: int, *modules: str) -> None:
     """Start ``workers`` kept worker processes now, each importing ``modules``, without waiting for them.
 

@@ -32,7 +32,7 @@ from transformer_course.nn.model import Encoder
 from .gradient_flow import (PLACEMENTS, SortingEncoder, init_xavier_, layer_gradient_norms, probe_batch, sorting_batch,
                             sorting_loss)
 from .claims import Claim
-from .parallel import map_runs
+from .parallel import map_runs, workers_for
 from .stacked import StackedSortingEncoders, fit_stacked, stacked_sorting_loss
 from .training import fit, seeded
 
@@ -312,9 +312,7 @@ def placement_lr_sweep(seeds: Iterable[int], settings: SweepSettings = CHAPTER_S
     if not seeds:
         raise ValueError("seeds must hold at least one seed, got none")
     check_instance("settings", settings, SweepSettings, "SweepSettings")
-    workers = check_int("workers", workers, minimum=1)
-    if torch.device(device).type != "cpu":
-        workers = 1
+    workers = workers_for(workers, device)
     s = settings
     groups = [tuple(p for p in s.placements if SWEEP_PLACEMENTS[p] == norm_first) for norm_first in (False, True)]
     groups = [group for group in groups if group]  # Post-LN and DeepNorm share a stack (same norm_first)

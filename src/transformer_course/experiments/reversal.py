@@ -30,7 +30,7 @@ from transformer_course.nn.model import Transformer
 from .claims import Claim
 from .cross_attention import antidiagonal_mass, cross_attention_weights
 from .data import make_batch
-from .parallel import map_runs
+from .parallel import map_runs, workers_for
 from .seq2seq import (exact_match, residual_stream_table, stream_departure, toy_transformer, train_seq2seq,
                       with_placement)
 
@@ -215,11 +215,8 @@ def reversal_ensemble(base_seed: int, num_seeds: int = ENSEMBLE_SIZE, settings: 
     """
     base_seed = check_int("base_seed", base_seed, minimum=0)
     num_seeds = check_int("num_seeds", num_seeds, minimum=1)
-    workers = check_int("workers", workers, minimum=1)
-    if torch.device(device if device is not None else "cpu").type != "cpu":
-        workers = 1
     return map_runs(reversal_run, [(base_seed + k, settings, keep_models, device) for k in range(num_seeds)],
-                    workers=workers)
+                    workers=workers_for(workers, device))
 
 
 def _median(values) -> float:

@@ -341,6 +341,10 @@ class ReachGrid:
         beyond = [self.reach(depth) + 1] if self.reach(depth) < self.seq_len else []
         return tuple(inside + beyond)
 
+    def cells(self, depth: int) -> list[tuple[int, bool]]:
+        """The (distance D, global query) cells a ``depth``-layer stack is trained on: ``distances_for``, then the global arm."""
+        return [(distance, False) for distance in self.distances_for(depth)] + [(self.global_distance, True)]
+
     def hops(self, distance: int) -> int:
         """Window hops a relay needs to carry the answer D - 1 positions forward: ceil((D - 1) / (w - 1))."""
         return -(-(distance - 1) // (self.window - 1))
@@ -430,8 +434,7 @@ def reach_grid(seeds: Sequence[int], settings: ReachGrid = REACH_GRID, progress:
         trained.update(result)
     rows, curves = [], []
     for depth in settings.depths:  # the order of one ensemble per depth: cells, then seeds
-        cells = [(distance, False) for distance in settings.distances_for(depth)] + [(settings.global_distance, True)]
-        for distance, global_query in cells:
+        for distance, global_query in settings.cells(depth):
             for seed in seeds:
                 row, curve = trained[(depth, distance, global_query, seed)]
                 rows.append(row)
@@ -441,8 +444,7 @@ def reach_grid(seeds: Sequence[int], settings: ReachGrid = REACH_GRID, progress:
 
 def _reach_ensemble(depth: int, seeds: list[int], g: ReachGrid, progress: bool) -> dict[tuple, tuple[dict, torch.Tensor]]:
     """Train the readers of one depth for ``seeds`` as one ensemble: (depth, D, global, seed) -> (table row, (steps,) accuracy)."""
-    cells = [(distance, False) for distance in g.distances_for(depth)] + [(g.global_distance, True)]
-    members = [(distance, global_query, seed) for distance, global_query in cells for seed in seeds]
+    members = [(distance, global_query, seed) for distance, global_query in g.cells(depth) for seed in seeds]
     plain, with_global = {}, {}
     for seed in seeds:
         with seeded(seed):
