@@ -22,7 +22,8 @@ import pandas as pd
 from transformer_course.experiments.length_generalization import CHAPTER_SETTINGS, length_generalization_ensemble
 
 CACHE = Path(os.environ.get("DL0030_CALIBRATION_CACHE", "/tmp/transformer_course_calibration/dl0030")) / (
-    f"eval{CHAPTER_SETTINGS['eval_sequences']}")  # a member's rows depend on the number of test sequences
+    f"stacked-eval{CHAPTER_SETTINGS['eval_sequences']}")  # a member's rows depend on the number of test sequences
+BLOCK = CHAPTER_SETTINGS["num_seeds"]  # seeds trained together when the cache lacks one
 
 
 def member(task: str, scheme: str, seed: int) -> pd.DataFrame:
@@ -31,12 +32,14 @@ def member(task: str, scheme: str, seed: int) -> pd.DataFrame:
     if path.is_file():  # a member's accuracy at a length does not depend on the other lengths tested
         cached = pd.DataFrame.from_records(json.loads(path.read_text()))
         return cached[cached["test_length"].isin(CHAPTER_SETTINGS["test_lengths"])].reset_index(drop=True)
-    s = CHAPTER_SETTINGS
+    s, first = CHAPTER_SETTINGS, seed - seed % BLOCK
     results = length_generalization_ensemble(task, [scheme], s["train_length"], s["test_lengths"], s["steps"],
-                                             [seed], s["rope_scalings"], eval_sequences=s["eval_sequences"])
+                                             range(first, first + BLOCK), s["rope_scalings"],
+                                             eval_sequences=s["eval_sequences"])
     CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results.to_dict(orient="records")))
-    return results
+    for block_seed, rows in results.groupby("seed"):
+        (CACHE / f"{task}-{scheme}-{block_seed}.json").write_text(json.dumps(rows.to_dict(orient="records")))
+    return results[results["seed"] == seed].reset_index(drop=True)
 
 
 def ensemble(task: str, base_seed: int) -> pd.DataFrame:
@@ -61,4 +64,4 @@ if __name__ == "__main__":  # fill the cache for seeds [first, stop), e.g. in tw
         for task, schemes in CHAPTER_SETTINGS["tasks"].items():
             for scheme in schemes:
                 member(task, scheme, seed)
-        print("seed", seed, "done", flush=True)
+        print("seed", seed, "done", flush=True)  # a block's first seed trains the whole block

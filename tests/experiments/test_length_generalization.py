@@ -319,3 +319,19 @@ def test_several_tasks_at_once_give_the_tables_of_one_call_per_task():
         length_generalization_ensembles({}, **common)
     with pytest.raises(ValueError, match="task"):
         length_generalization_ensembles({"copy": ("rope",)}, **common)
+
+
+@pytest.mark.parametrize("scheme", ["rope", "learned", "alibi"])
+def test_the_stacked_ensemble_is_each_seeds_own_run_to_rounding(scheme):
+    from transformer_course.experiments.length_generalization import train_last_value_ensemble
+
+    models, losses = train_last_value_ensemble(scheme, [5, 2], train_length=6, steps=4, max_len=12, task="offset")
+    for seed, model, history in zip([5, 2], models, losses):
+        alone, reference = train_last_value(scheme, train_length=6, steps=4, seed=seed, max_len=12, task="offset")
+        assert history == pytest.approx(reference, abs=1e-5)
+        for p, q in zip(model.parameters(), alone.parameters()):
+            assert torch.allclose(p, q, atol=1e-5)
+    with pytest.raises(ValueError, match="seeds"):
+        train_last_value_ensemble(scheme, [1, 1], train_length=6, steps=1)
+    with pytest.raises(ValueError, match="max_len"):
+        train_last_value_ensemble(scheme, [1], train_length=6, steps=1, max_len=4)

@@ -29,7 +29,7 @@ linear read-out. The five schemes differ in one place each:
 The measurement. :func:`far_end_accuracy` scores only the last ``train_length`` positions of a test
 sequence, so at test length 4L every scored position is one the model never saw in training.
 :func:`length_generalization_ensemble` repeats the experiment over seeds (one model per scheme and
-seed, trained one after another) and evaluates each trained RoPE model once more with its positions
+seed, the seeds of a scheme trained together by ``ensemble.fit_ensemble``) and evaluates each trained RoPE model once more with its positions
 rescaled (:func:`rope_scaling`: position interpolation or "NTK-aware" scaling), with no retraining.
 """
 
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 
 import pandas as pd
 import torch
@@ -55,6 +56,7 @@ from transformer_course.nn.positional import (LearnedPositionalEmbedding, Sinuso
 from transformer_course.measure.timing import threads
 from .claims import Claim
 from .parallel import map_runs
+from .ensemble import fit_ensemble
 from .training import fit, model_device, seeded
 
 SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "none")
@@ -316,6 +318,17 @@ def _last_value_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor])
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
 
 
+def _check_training(scheme: str, task: str, train_length: int, batch_size: int, max_len: int) -> tuple[int, int, int]:
+    check_choice("scheme", scheme, SCHEMES)
+    check_choice("task", task, TASKS)
+    train_length = check_int("train_length", train_length, minimum=2)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    max_len = check_int("max_len", max_len, minimum=1)
+    if max_len < train_length:
+        raise ValueError(f"max_len must be >= train_length={train_length}, got {max_len}")
+    return train_length, batch_size, max_len
+
+
 def train_last_value(scheme: str, train_length: int = 16, steps: int = 200, seed: int = 0, batch_size: int = 32,
                      lr: float = 3e-3, max_len: int = 64, task: str = "last_value",
                      ) -> tuple[LengthGeneralizationModel, list[float]]:
@@ -340,21 +353,37 @@ def train_last_value(scheme: str, train_length: int = 16, steps: int = 200, seed
     Raises:
         TypeError, ValueError: for an unknown scheme or sizes out of range.
     """
-    check_choice("scheme", scheme, SCHEMES)
-    check_choice("task", task, TASKS)
-    train_length = check_int("train_length", train_length, minimum=2)
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    max_len = check_int("max_len", max_len, minimum=1)
-    if max_len < train_length:
-        raise ValueError(f"max_len must be >= train_length={train_length}, got {max_len}")
+    train_length, batch_size, max_len = _check_training(scheme, task, train_length, batch_size, max_len)
     with seeded(check_int("seed", seed, minimum=0)):
         model = LengthGeneralizationModel(scheme, max_len=max_len)
-
-    def make_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        return make_task_batch(task, batch_size, train_length, generator)
-
-    losses = fit(model, make_batch, _last_value_loss, steps, lr=check_positive_float("lr", lr), seed=seed)
+    losses = fit(model, partial(make_task_batch, task, batch_size, train_length), _last_value_loss, steps,
+                 lr=check_positive_float("lr", lr), seed=seed)
     return model, losses
+
+
+def train_last_value_ensemble(scheme: str, seeds: Iterable[int], train_length: int = 16, steps: int = 200,
+                              batch_size: int = 32, lr: float = 3e-3, max_len: int = 64, task: str = "last_value",
+                              ) -> tuple[list[LengthGeneralizationModel], list[list[float]]]:
+    """:func:`train_last_value` for every seed of ``seeds``, trained together (``ensemble.fit_ensemble``).
+
+    Member k is ``train_last_value(scheme, ..., seed=seeds[k])`` to rounding: the same initial
+    weights and batches, its sums taken in a batched order. It does not depend on the other seeds.
+
+    Returns:
+        The trained models (eval mode) and their losses, in the order of ``seeds``.
+
+    Raises:
+        TypeError, ValueError: as :func:`train_last_value`, or for empty or repeated seeds.
+    """
+    train_length, batch_size, max_len = _check_training(scheme, task, train_length, batch_size, max_len)
+    seeds = _check_seeds(seeds)
+    models = []
+    for seed in seeds:
+        with seeded(seed):
+            models.append(LengthGeneralizationModel(scheme, max_len=max_len))
+    losses = fit_ensemble(models, partial(make_task_batch, task, batch_size, train_length), _last_value_loss, steps,
+                          seeds, lr=check_positive_float("lr", lr))
+    return models, losses
 
 
 @torch.no_grad()
@@ -495,11 +524,13 @@ def length_generalization_ensemble(task: str = "last_value", schemes: Sequence[s
         seeds: the ensemble: one model per scheme and seed (weights and training batches); the test
             sequences are the same for every model.
         rope_scalings: methods among ``ROPE_SCALINGS`` to evaluate the RoPE models with.
-        workers: processes that train members side by side (``parallel.map_runs``; where they are
+        workers: processes that train side by side (``parallel.map_runs``; where they are
             spawned, a script that passes more than 1 needs the ``if __name__ == "__main__":``
-            guard). Every member trains on one
-            thread whatever the number of workers, so the results do not depend on it; only the
-            wall time does (the chapter passes 2, the cores the course budgets for).
+            guard). The seeds of each scheme train together as one stacked ensemble
+            (:func:`train_last_value_ensemble`), split into ``workers`` parts; a member's numbers
+            depend neither on the other members nor on the worker, so the results do not depend
+            on ``workers``; only the wall time does (the chapter passes 2, the cores the course
+            budgets for).
         eval_sequences: test sequences per model and test length (the same for every model).
 
     Returns:
@@ -521,9 +552,9 @@ def length_generalization_ensembles(tasks: Mapping[str, Sequence[str]], train_le
     """:func:`length_generalization_ensemble` for several tasks at once: ``{task: its table}``.
 
     The tables are exactly those of one call per task (``tasks`` maps each task to its schemes);
-    the members of all tasks share one set of worker processes (started once, not once per task),
-    and the costliest members (RoPE, tested once more per rescaling) are started first, so that
-    no worker is left alone with a long member at the end.
+    the ensembles of all tasks share one set of worker processes (started once, not once per
+    task), and the costliest (RoPE, tested once more per rescaling) are started first, so that no
+    worker is left alone with a long one at the end.
 
     Raises:
         TypeError, ValueError: as :func:`length_generalization_ensemble`, or for an empty ``tasks``.
@@ -539,7 +570,7 @@ def length_generalization_ensembles(tasks: Mapping[str, Sequence[str]], train_le
         raise ValueError(f"test_lengths must be non-empty and each >= train_length={train_length}, got {test_lengths}")
     seeds = _check_seeds(seeds)
     eval_sequences = check_int("eval_sequences", eval_sequences, minimum=1)
-    members = []
+    groups = []  # (task, scheme, seeds): one ensemble trained together, split into ``workers`` parts
     for task, schemes in tasks.items():
         check_choice("task", task, TASKS)
         schemes = list(schemes)
@@ -547,28 +578,39 @@ def length_generalization_ensembles(tasks: Mapping[str, Sequence[str]], train_le
             raise ValueError("schemes must name at least one scheme, got an empty sequence")
         for scheme in schemes:
             check_choice("schemes", scheme, SCHEMES)
-        members += [(task, scheme, seed, train_length, tuple(test_lengths), steps, tuple(rope_scalings), eval_sequences)
-                    for scheme in schemes for seed in seeds]
-    order = sorted(range(len(members)), key=lambda i: (members[i][1] != "rope", i))  # RoPE members first
-    records_in_order = map_runs(_ensemble_member, [members[i] for i in order], workers)  # one thread per member
-    member_records = [None] * len(members)
+        groups += [(task, scheme, tuple(part), train_length, tuple(test_lengths), steps, tuple(rope_scalings),
+                    eval_sequences) for scheme in schemes for part in _split(seeds, workers)]
+    order = sorted(range(len(groups)), key=lambda i: (groups[i][1] != "rope", i))  # RoPE groups first
+    records_in_order = map_runs(_ensemble_group, [groups[i] for i in order], workers)
+    group_records = [None] * len(groups)
     for i, records in zip(order, records_in_order):
-        member_records[i] = records
+        group_records[i] = records
     results = {}
     for task in tasks:
-        rows = [record for member, records in zip(members, member_records) if member[0] == task for record in records]
-        results[task] = pd.DataFrame.from_records(rows)
+        rows = [record for group, records in zip(groups, group_records) if group[0] == task for record in records]
+        results[task] = pd.DataFrame.from_records(rows)  # scheme, seed, label, length order: parts are consecutive
         results[task].attrs.update(train_length=train_length, chance=task_chance(task), task=task)
     return results
 
 
-def _ensemble_member(task: str, scheme: str, seed: int, train_length: int, test_lengths: tuple[int, ...],
-                     steps: int, rope_scalings: tuple[str, ...], eval_sequences: int) -> list[dict]:
-    """The rows of one (scheme, seed) member of :func:`length_generalization_ensemble` (run in a worker)."""
-    model, _ = train_last_value(scheme, train_length, steps, seed, max_len=max(test_lengths), task=task)
-    rows = evaluate_length_model(model, task, scheme, train_length, test_lengths, rope_scalings, eval_sequences)
-    return [{"task": task, "scheme": label, "seed": seed, "test_length": t, "accuracy": a}
-            for label, accuracies in rows.items() for t, a in zip(test_lengths, accuracies)]
+def _split(seeds: list[int], parts: int) -> list[list[int]]:
+    """``seeds`` in up to ``parts`` consecutive runs of nearly equal length (none empty)."""
+    parts = min(check_int("workers", parts, minimum=1), len(seeds))
+    size, extra = divmod(len(seeds), parts)
+    bounds = [k * size + min(k, extra) for k in range(parts + 1)]
+    return [seeds[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def _ensemble_group(task: str, scheme: str, seeds: tuple[int, ...], train_length: int, test_lengths: tuple[int, ...],
+                    steps: int, rope_scalings: tuple[str, ...], eval_sequences: int) -> list[dict]:
+    """The rows of the (scheme, seed) members of :func:`length_generalization_ensemble` for ``seeds`` (run in a worker)."""
+    models, _ = train_last_value_ensemble(scheme, seeds, train_length, steps, max_len=max(test_lengths), task=task)
+    records = []
+    for seed, model in zip(seeds, models):
+        rows = evaluate_length_model(model, task, scheme, train_length, test_lengths, rope_scalings, eval_sequences)
+        records += [{"task": task, "scheme": label, "seed": seed, "test_length": t, "accuracy": a}
+                    for label, accuracies in rows.items() for t, a in zip(test_lengths, accuracies)]
+    return records
 
 
 @exhibit
