@@ -11,6 +11,8 @@ as the chapter and returns the same claims. This script runs it for base seeds 0
 ``benchmarks/results/calibration/<chapter>.json``: for every claim its bound, the value on every
 base seed, the pass rate and the smallest margin. ``tests/test_calibration.py`` fails when a
 chapter asserts a claim that has no record here, fewer than 30 base seeds, or a seed that failed.
+A trial with fewer than 30 base seeds writes to ``benchmarks/results/calibration/trials/`` instead,
+so it never replaces a record.
 The chapters never run this (it costs minutes); it is re-run when a claim or its experiment changes.
 """
 
@@ -97,12 +99,24 @@ def calibrate(chapter: str, base_seeds: list[int], jobs: int = 1, directory: Pat
     }
 
 
+def default_output(chapter: str, num_seeds: int) -> Path:
+    """Where a run writes without ``--out``: the chapter's record, or for a trial below ``MIN_BASE_SEEDS`` a trial file.
+
+    A quick trial (``--seeds 2``) must not replace the committed record of 30 base seeds that
+    ``tests/test_calibration.py`` checks; it goes to ``benchmarks/results/calibration/trials/`` (ignored by git).
+    """
+    if num_seeds < MIN_BASE_SEEDS:
+        return RESULTS_DIR / "trials" / f"{chapter}.json"
+    return RESULTS_DIR / f"{chapter}.json"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapter", nargs="?", help="chapter stem, e.g. dl0030_positional_encoding")
     parser.add_argument("--seeds", type=int, default=MIN_BASE_SEEDS, help="base seeds 0..N-1 (default 30)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
-    parser.add_argument("--out", type=Path, help="output JSON (default benchmarks/results/calibration/<chapter>.json)")
+    parser.add_argument("--out", type=Path, help="output JSON (default benchmarks/results/calibration/<chapter>.json; "
+                        "below 30 base seeds, benchmarks/results/calibration/trials/<chapter>.json)")
     parser.add_argument("--list", action="store_true", help="list the chapters that have a calibration module")
     args = parser.parse_args(argv)
     if args.list or not args.chapter:
@@ -111,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 1 or args.jobs < 1:
         parser.error("--seeds and --jobs must be at least 1")
     record = calibrate(args.chapter, list(range(args.seeds)), jobs=args.jobs)
-    out = args.out or RESULTS_DIR / f"{args.chapter}.json"
+    out = args.out or default_output(args.chapter, args.seeds)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     for claim in record["claims"]:

@@ -8,6 +8,7 @@ fitted to the one run its author saw has no such record, or a record that fails 
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -73,3 +74,11 @@ def test_calibrate_records_values_pass_rates_and_margins(tmp_path):
 def test_calibrate_refuses_an_unknown_chapter(tmp_path):
     with pytest.raises(ValueError, match="chapter must name a module"):
         calibrate.calibrate("dl0000_missing", [0], directory=tmp_path)
+
+
+def test_a_trial_below_thirty_base_seeds_never_replaces_the_record():
+    assert calibrate.default_output("dl0030_positional_encoding", calibrate.MIN_BASE_SEEDS) == (
+        calibrate.RESULTS_DIR / "dl0030_positional_encoding.json")
+    trial = calibrate.default_output("dl0030_positional_encoding", 2)
+    assert trial.parent == calibrate.RESULTS_DIR / "trials" and trial.name == "dl0030_positional_encoding.json"
+    assert subprocess.run(["git", "check-ignore", "-q", str(trial)], cwd=ROOT).returncode == 0  # never committed
