@@ -92,3 +92,16 @@ def test_workers_for_a_device_are_as_asked_on_the_cpu_and_one_elsewhere():
     assert workers_for(2, "cuda") == workers_for(2, "meta") == 1
     with pytest.raises(ValueError, match="workers"):
         workers_for(0, "cpu")
+
+
+def test_split_evenly_cuts_consecutive_runs_of_nearly_equal_length():
+    from transformer_course.experiments.parallel import split_evenly
+
+    assert split_evenly([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]
+    assert split_evenly(range(8), 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert split_evenly([7, 9], 5) == [[7], [9]]  # never an empty part
+    assert split_evenly([], 2) == []
+    parts = split_evenly(range(10), 3)
+    assert [x for part in parts for x in part] == list(range(10)) and {len(p) for p in parts} == {3, 4}
+    with pytest.raises(ValueError, match="parts"):
+        split_evenly([1, 2], 0)

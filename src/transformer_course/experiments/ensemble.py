@@ -35,10 +35,9 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from transformer_course._validation import check_instance, check_int, check_positive_float
 from transformer_course.measure.timing import threads
-from .training import Batch, model_device
+from .training import Batch, adam_with_warmup, model_device
 
-# Adam's settings and the clipping epsilon of ``training.fit`` (``nn.utils.clip_grad_norm_``'s)
-BETAS, ADAM_EPS, CLIP_EPS = (0.9, 0.98), 1e-9, 1e-6
+CLIP_EPS = 1e-6  # the epsilon of ``nn.utils.clip_grad_norm_``, which ``training.fit`` clips with
 
 
 class _MemberLoss(nn.Module):
@@ -136,9 +135,7 @@ def fit_ensemble(
 
     losses_of = vmap(one_member)  # (params, buffers, batch), each stacked over E -> (E,)
     weights = list(params.values())
-    optimizer = torch.optim.Adam(weights, lr=lr, betas=BETAS, eps=ADAM_EPS)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)
+    optimizer, schedule = adam_with_warmup(weights, lr, warmup_steps)  # fit's, over the stacked weights
     generators = [torch.Generator().manual_seed(seed) for seed in seeds]  # batches are drawn on the CPU
     history = []
     with threads(1 if device.type == "cpu" else None):

@@ -55,8 +55,8 @@ from transformer_course.nn.positional import (LearnedPositionalEmbedding, Sinuso
                                               interpolated_positions, ntk_scaled_base, rotary_embedding)
 from transformer_course.measure.timing import threads
 from .claims import Claim
-from .parallel import map_runs
 from .ensemble import fit_ensemble
+from .parallel import map_runs, split_evenly
 from .training import fit, model_device, seeded
 
 SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "none")
@@ -570,6 +570,7 @@ def length_generalization_ensembles(tasks: Mapping[str, Sequence[str]], train_le
         raise ValueError(f"test_lengths must be non-empty and each >= train_length={train_length}, got {test_lengths}")
     seeds = _check_seeds(seeds)
     eval_sequences = check_int("eval_sequences", eval_sequences, minimum=1)
+    workers = check_int("workers", workers, minimum=1)
     groups = []  # (task, scheme, seeds): one ensemble trained together, split into ``workers`` parts
     for task, schemes in tasks.items():
         check_choice("task", task, TASKS)
@@ -579,7 +580,7 @@ def length_generalization_ensembles(tasks: Mapping[str, Sequence[str]], train_le
         for scheme in schemes:
             check_choice("schemes", scheme, SCHEMES)
         groups += [(task, scheme, tuple(part), train_length, tuple(test_lengths), steps, tuple(rope_scalings),
-                    eval_sequences) for scheme in schemes for part in _split(seeds, workers)]
+                    eval_sequences) for scheme in schemes for part in split_evenly(seeds, workers)]
     order = sorted(range(len(groups)), key=lambda i: (groups[i][1] != "rope", i))  # RoPE groups first
     records_in_order = map_runs(_ensemble_group, [groups[i] for i in order], workers)
     group_records = [None] * len(groups)
@@ -591,14 +592,6 @@ def length_generalization_ensembles(tasks: Mapping[str, Sequence[str]], train_le
         results[task] = pd.DataFrame.from_records(rows)  # scheme, seed, label, length order: parts are consecutive
         results[task].attrs.update(train_length=train_length, chance=task_chance(task), task=task)
     return results
-
-
-def _split(seeds: list[int], parts: int) -> list[list[int]]:
-    """``seeds`` in up to ``parts`` consecutive runs of nearly equal length (none empty)."""
-    parts = min(check_int("workers", parts, minimum=1), len(seeds))
-    size, extra = divmod(len(seeds), parts)
-    bounds = [k * size + min(k, extra) for k in range(parts + 1)]
-    return [seeds[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def _ensemble_group(task: str, scheme: str, seeds: tuple[int, ...], train_length: int, test_lengths: tuple[int, ...],

@@ -20,7 +20,7 @@ import importlib
 import multiprocessing
 import signal
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from transformer_course._validation import check_int
 
 Result = TypeVar("Result")
+Item = TypeVar("Item")
 _POOLS: dict[int, ProcessPoolExecutor] = {}  # workers -> the pool kept for the next call
 
 
@@ -72,6 +73,25 @@ def workers_for(workers: int, device: torch.device | str | None) -> int:
 
     workers = check_int("workers", workers, minimum=1)
     return workers if torch.device(device if device is not None else "cpu").type == "cpu" else 1
+
+
+def split_evenly(items: Sequence[Item], parts: int) -> list[list[Item]]:
+    """``items`` cut into ``min(parts, len(items))`` consecutive runs whose lengths differ by at most one.
+
+    How an ensemble trained as one stacked model is shared among ``parts`` worker processes:
+    ``split_evenly([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]``. Empty ``items`` give no parts.
+
+    Raises:
+        TypeError, ValueError: if ``parts`` is not an int >= 1.
+    """
+    parts = check_int("parts", parts, minimum=1)
+    items = list(items)
+    parts = min(parts, len(items))
+    if not parts:
+        return []
+    size, extra = divmod(len(items), parts)
+    bounds = [k * size + min(k, extra) for k in range(parts + 1)]
+    return [items[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def start_workers(workers: int, *modules: str) -> None:

@@ -34,7 +34,7 @@ from .gradient_flow import (PLACEMENTS, SortingEncoder, init_xavier_, layer_grad
 from .claims import Claim
 from .parallel import map_runs, workers_for
 from .stacked import StackedSortingEncoders, fit_stacked, stacked_sorting_loss
-from .training import fit, seeded
+from .training import ADAM_BETAS, ADAM_EPS, fit, seeded
 
 NO_WARMUP, WARMUP = "no warm-up", "warm-up"
 DEEPNORM, QK_NORM = "DeepNorm", "Pre-LN + QK-norm"
@@ -534,7 +534,7 @@ def first_adam_step(num_layers: int = 24, norm_first: bool = False, lr: float = 
         head = init_xavier_(nn.Linear(d_model, num_classes))
     x, labels = probe_batch(encoder, parameter, seed, batch_size, seq_len, d_model, num_classes)  # (B, T, D), (B, T)
     before = [dict(layer.named_parameters())[parameter].detach().clone() for layer in encoder.layers]
-    optimizer = torch.optim.Adam([*encoder.parameters(), *head.parameters()], lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    optimizer = torch.optim.Adam([*encoder.parameters(), *head.parameters()], lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS)
     with threads(1):
         output = encoder(x)  # (B, T, D)
         F.cross_entropy(head(output).flatten(0, 1), labels.flatten()).backward()

@@ -26,9 +26,7 @@ from transformer_course._validation import check_bool, check_int, check_positive
 from transformer_course.measure.timing import threads
 from transformer_course.nn.positional import sinusoidal_encoding
 from .gradient_flow import SortingEncoder
-
-# Adam's settings of ``training.fit``
-BETAS, ADAM_EPS = (0.9, 0.98), 1e-9
+from .training import ADAM_BETAS, ADAM_EPS
 
 
 def _stack(tensors: Sequence[torch.Tensor]) -> nn.Parameter:
@@ -212,7 +210,7 @@ def fit_stacked(model: StackedSortingEncoders, make_batch: Callable[[], tuple[to
     warm = torch.tensor(warmup_steps, dtype=torch.float64)
     exp_avg = [torch.zeros_like(p) for p in params]
     exp_avg_sq = [torch.zeros_like(p) for p in params]
-    (beta1, beta2), losses, max_logits = BETAS, [], []
+    (beta1, beta2), losses, max_logits = ADAM_BETAS, [], []  # Adam's settings of training.fit
     model.train()
     model.track_logits = check_bool("record_max_logit", record_max_logit)
     with threads(1 if device.type == "cpu" else None):

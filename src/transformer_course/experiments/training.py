@@ -7,7 +7,7 @@ changes the caller's random state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -36,6 +36,22 @@ def seeded(seed: int) -> Iterator[None]:
 def model_device(model: nn.Module) -> torch.device:
     """The device of ``model``'s first parameter (the CPU for a model without parameters)."""
     return next(model.parameters(), torch.empty(0)).device
+
+
+ADAM_BETAS, ADAM_EPS = (0.9, 0.98), 1e-9  # Adam's settings in the paper (Vaswani et al., 2017, §5.3)
+
+
+def adam_with_warmup(parameters: Iterable[torch.Tensor], lr: float, warmup_steps: int
+                     ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
+    """The optimizer of ``fit``: Adam (``ADAM_BETAS``, ``ADAM_EPS``) and a linear warm-up to ``lr``.
+
+    The learning rate of step k (counting from 0) is lr * min(1, (k + 1) / warmup_steps), or lr
+    throughout when ``warmup_steps`` is 0; call ``schedule.step()`` after each ``optimizer.step()``.
+    """
+    optimizer = torch.optim.Adam(parameters, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)
+    return optimizer, schedule
 
 
 def fit(
@@ -76,9 +92,7 @@ def fit(
     warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
     generator = torch.Generator().manual_seed(check_int("seed", seed))  # batches are drawn on the CPU
     device = model_device(model)  # ... and moved to the model's device
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)
+    optimizer, schedule = adam_with_warmup(model.parameters(), lr, warmup_steps)
     losses = []
     model.train()
     with threads(1 if device.type == "cpu" else None):

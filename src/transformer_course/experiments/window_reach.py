@@ -47,7 +47,7 @@ from transformer_course.nn.layers import EncoderLayer
 from transformer_course.nn.masks import sliding_window_mask
 from transformer_course.nn.normalization import LayerNorm
 from .claims import Claim
-from .parallel import map_runs
+from .parallel import map_runs, split_evenly
 from .training import fit, model_device, seeded
 
 
@@ -427,7 +427,7 @@ def reach_grid(seeds: Sequence[int], settings: ReachGrid = REACH_GRID, progress:
     seeds = [check_int("seeds", seed, minimum=0) for seed in seeds]
     check_instance("settings", settings, ReachGrid, "ReachGrid")
     workers = check_int("workers", workers, minimum=1)
-    chunks = [seeds[i::workers] for i in range(min(workers, len(seeds)))]  # the seeds of each ensemble of a depth
+    chunks = split_evenly(seeds, workers)  # the seeds of each ensemble of a depth
     tasks = [(depth, chunk, settings, progress and workers == 1) for depth in settings.depths for chunk in chunks]
     trained = {}  # (depth, distance, global query, seed) -> (row, curve)
     for result in map_runs(_reach_ensemble, tasks, workers):
