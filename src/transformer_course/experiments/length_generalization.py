@@ -29,8 +29,9 @@ linear read-out. The five schemes differ in one place each:
 The measurement. :func:`far_end_accuracy` scores only the last ``train_length`` positions of a test
 sequence, so at test length 4L every scored position is one the model never saw in training.
 :func:`length_generalization_ensemble` repeats the experiment over seeds (one model per scheme and
-seed, the seeds of a scheme trained together by ``ensemble.fit_ensemble``) and evaluates each trained RoPE model once more with its positions
-rescaled (:func:`rope_scaling`: position interpolation or "NTK-aware" scaling), with no retraining.
+seed, the seeds of a scheme trained together by ``ensemble.fit_ensemble``) and evaluates each
+trained RoPE model once more with its positions rescaled (:func:`rope_scaling`: position
+interpolation or "NTK-aware" scaling), with no retraining.
 """
 
 from __future__ import annotations
@@ -596,7 +597,7 @@ def length_generalization_ensembles(tasks: Mapping[str, Sequence[str]], train_le
 
 def _ensemble_group(task: str, scheme: str, seeds: tuple[int, ...], train_length: int, test_lengths: tuple[int, ...],
                     steps: int, rope_scalings: tuple[str, ...], eval_sequences: int) -> list[dict]:
-    """The rows of the (scheme, seed) members of :func:`length_generalization_ensemble` for ``seeds`` (run in a worker)."""
+    """The rows of :func:`length_generalization_ensemble` for one scheme and ``seeds``, trained as one stack."""
     models, _ = train_last_value_ensemble(scheme, seeds, train_length, steps, max_len=max(test_lengths), task=task)
     records = []
     for seed, model in zip(seeds, models):
