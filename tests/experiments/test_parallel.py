@@ -105,3 +105,25 @@ def test_split_evenly_cuts_consecutive_runs_of_nearly_equal_length():
     assert [x for part in parts for x in part] == list(range(10)) and {len(p) for p in parts} == {3, 4}
     with pytest.raises(ValueError, match="parts"):
         split_evenly([1, 2], 0)
+
+
+def test_forked_workers_inherit_what_a_training_run_imports():
+    """In a fresh process, forked workers find torch._dynamo (the first optimizer's import) already imported."""
+    import subprocess
+    import sys
+
+    from transformer_course.experiments import parallel
+
+    if parallel.start_method() != "fork":
+        pytest.skip("workers are spawned on this platform: nothing is inherited")
+    script = (
+        "import sys\n"
+        "from transformer_course.experiments.parallel import map_runs\n"
+        "def has_dynamo():\n"
+        "    return 'torch._dynamo' in sys.modules\n"
+        "assert not has_dynamo(), 'imported before the workers start: the test would prove nothing'\n"
+        "print(map_runs(has_dynamo, [()] * 2, workers=2))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[True, True]"

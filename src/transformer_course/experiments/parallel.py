@@ -120,9 +120,23 @@ def _import(modules: tuple[str, ...]) -> None:
 
 def _pool(workers: int) -> ProcessPoolExecutor:
     if workers not in _POOLS:
+        if start_method() == "fork":
+            _import_before_forking()
         _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(start_method()),
                                               initializer=_ignore_interrupts)
     return _POOLS[workers]
+
+
+def _import_before_forking() -> None:
+    """Import in this process what every training run imports on first use, so forked workers inherit it.
+
+    The first ``torch.optim`` optimizer a process builds imports ``torch._dynamo`` (its step
+    function is wrapped to disable compilation): about 1.4 s of CPU on the course's 2-core machine.
+    A worker forked before that import pays it again at its first run, in every worker; imported
+    here once, before the fork, it is shared. (The notebook pays it once anyway when it trains a
+    model itself, as most chapters do.)
+    """
+    import torch._dynamo  # noqa: F401
 
 
 def start_method() -> str:
