@@ -1,4 +1,4 @@
-"""Train an ensemble of same-shaped models as one: ``training.fit`` for E members at the cost of fewer steps.
+"""Train an ensemble of same-shaped models as one: ``training.fit`` for E members in fewer operations than E runs.
 
 The course's toy models are so small that a training step costs mostly per-operation overhead:
 E runs one after another cost about E times one run. :func:`fit_ensemble` stacks the members'
