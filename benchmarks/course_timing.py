@@ -2,11 +2,18 @@
 
     python benchmarks/course_timing.py                 # every notebook in chapters/
     python benchmarks/course_timing.py --out benchmarks/results/course_timing.csv
+    python benchmarks/course_timing.py --repeat 3 chapters/dl00*.ipynb   # median of 3 rounds per page
 
 Each notebook runs in a fresh kernel (cwd = chapters/), as the book build and nbval do. Budgets on
 2 CPU cores: 60 s per chapter, 240 s for the ten chapters DL0027-DL0036, 90 s for the capstone
 (DL0037, which trains an ensemble of small language models), 330 s for all eleven chapters, 30 s for
 each other page.
+
+A shared machine's speed changes from one spell of minutes to the next (on the course's 2-core VM
+the same ten chapters took 208 s and 259 s ten minutes apart). ``--repeat N``
+runs N rounds over the pages, one page after another in each round, and reports each page's median
+round, with its fastest and slowest, and every round's totals: a slow spell then shows as one slow
+round, not as the course's cost.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from datetime import datetime
@@ -78,14 +86,56 @@ def time_notebook(path: Path, slowest: int = 3) -> dict:
             "slowest_cells": json.dumps([{"cell": i, "seconds": round(s, 1), "code": line} for s, i, line in cells[:slowest]])}
 
 
+def time_rounds(paths: list[Path], rounds: int) -> pd.DataFrame:
+    """``rounds`` rounds of :func:`time_notebook` over ``paths``; one row per page with its median round.
+
+    ``seconds`` is the page's median over the rounds (its slowest cells those of its median round),
+    ``seconds_min`` and ``seconds_max`` its fastest and slowest, ``rounds`` the round count; the
+    frame's ``attrs["round_seconds"]`` holds each round's seconds per page, for :func:`round_totals_line`.
+    """
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    results = [[time_notebook(path) for path in paths] for _ in range(rounds)]  # (rounds, pages)
+    rows = []
+    for page in range(len(paths)):
+        timings = sorted((result[page] for result in results), key=lambda r: r["seconds"])
+        median = statistics.median(t["seconds"] for t in timings)
+        row = dict(timings[(len(timings) - 1) // 2], seconds=round(median, 1))
+        row.update(within_budget=median <= row["budget_s"], seconds_min=timings[0]["seconds"],
+                   seconds_max=timings[-1]["seconds"], rounds=rounds)
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame.attrs["round_seconds"] = [{r["chapter"]: r["seconds"] for r in result} for result in results]
+    return frame
+
+
+def round_totals_line(frame: pd.DataFrame) -> str:
+    """Each round's total for the ten chapters (empty for a single round)."""
+    rounds = frame.attrs.get("round_seconds", [])
+    if len(rounds) < 2:
+        return ""
+    ten = [sum(s for page, s in r.items() if page.startswith("dl") and not page.startswith(CAPSTONE_PREFIX))
+           for r in rounds]
+    return ("The ten chapters in each of the " + f"{len(rounds)} rounds, in order: "
+            + ", ".join(f"{t:.1f} s" for t in ten) + ".")
+
+
 def write_markdown(frame: pd.DataFrame, path: Path) -> None:
     """The timing table, the course totals and (collapsed) the slowest cells as a markdown fragment."""
     when = f"{time.strftime('%Y-%m-%d')}, {platform.machine()} CPU with {os.cpu_count()} cores"
-    rows = ["| page | seconds | budget (s) |", "|---|--:|--:|"]
-    rows += [f"| {r.chapter} | {r.seconds:.1f} | {r.budget_s} |" for r in frame.itertuples()]
-    table = (f":::{{table}} Seconds to execute each page top to bottom in a fresh kernel (kernel start included); "
-             f"{when}\n:align: left\n\n" + "\n".join(rows) + "\n:::")
-    summary = totals_line(frame)
+    repeated = "rounds" in frame and frame.rounds.max() > 1
+    if repeated:
+        rows = ["| page | seconds (median) | fastest, slowest | budget (s) |", "|---|--:|--:|--:|"]
+        rows += [f"| {r.chapter} | {r.seconds:.1f} | {r.seconds_min:.1f}, {r.seconds_max:.1f} | {r.budget_s} |"
+                 for r in frame.itertuples()]
+        what = f"median of {frame.rounds.max()} rounds, "
+    else:
+        rows = ["| page | seconds | budget (s) |", "|---|--:|--:|"]
+        rows += [f"| {r.chapter} | {r.seconds:.1f} | {r.budget_s} |" for r in frame.itertuples()]
+        what = ""
+    table = (f":::{{table}} Seconds to execute each page top to bottom in a fresh kernel (kernel start included; "
+             f"{what}one page at a time); {when}\n:align: left\n\n" + "\n".join(rows) + "\n:::")
+    summary = " ".join(filter(None, [totals_line(frame), round_totals_line(frame)]))
     slowest = [f"- **{r.chapter}**: " + "; ".join(
                    f"cell {c['cell']}, {c['seconds']:.1f} s: `{c['code'].replace('`', chr(39))}`"
                    for c in json.loads(r.slowest_cells)) for r in frame.itertuples()]
@@ -97,13 +147,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="write the table as CSV (and .md) here")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds over the pages; each page's median is reported")
     args = parser.parse_args(argv)
-    paths = args.paths or sorted((ROOT / "chapters").glob("*.ipynb"))
-    frame = pd.DataFrame([time_notebook(p.resolve()) for p in paths])
+    if args.repeat < 1:
+        parser.error(f"--repeat must be >= 1, got {args.repeat}")
+    paths = [p.resolve() for p in (args.paths or sorted((ROOT / "chapters").glob("*.ipynb")))]
+    frame = time_rounds(paths, args.repeat)
     with pd.option_context("display.width", 200, "display.max_colwidth", 120):
         print(frame.to_string(index=False))
     print(f"\n{totals_line(frame)[:-1]}; "
           f"over budget: {', '.join(frame.loc[~frame.within_budget, 'chapter']) or 'none'}")
+    if round_totals_line(frame):
+        print(round_totals_line(frame))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         frame.to_csv(args.out, index=False)

@@ -111,3 +111,33 @@ def test_memory_worker_sees_the_dense_mask():
 
 def test_median_seconds_is_positive():
     assert benchmarks_run.median_seconds(lambda: torch.ones(3).sum(), repeats=3) > 0
+
+
+def test_course_timing_reports_each_page_median_round_and_every_round_total(monkeypatch, tmp_path):
+    measured = iter([30.0, 10.0, 50.0, 12.0, 40.0, 11.0])  # rounds of (dl0027_x, dl0028_y): a slow first round
+    cells = iter(range(6))
+
+    def fake_time_notebook(path):
+        return {"chapter": path.stem, "seconds": next(measured), "budget_s": 60, "within_budget": True,
+                "slowest_cells": json.dumps([{"cell": next(cells), "seconds": 1.0, "code": "x"}])}
+
+    monkeypatch.setattr(course_timing, "time_notebook", fake_time_notebook)
+    frame = course_timing.time_rounds([Path("dl0027_x.ipynb"), Path("dl0028_y.ipynb")], rounds=3)
+    assert frame.seconds.tolist() == [40.0, 11.0] and frame.seconds_min.tolist() == [30.0, 10.0]
+    assert frame.seconds_max.tolist() == [50.0, 12.0] and frame.rounds.tolist() == [3, 3]
+    assert json.loads(frame.slowest_cells[0])[0]["cell"] == 4  # the cells of the page's median round
+    assert course_timing.round_totals_line(frame) == (
+        "The ten chapters in each of the 3 rounds, in order: 40.0 s, 62.0 s, 51.0 s.")
+    course_timing.write_markdown(frame, tmp_path / "t.md")
+    page = (tmp_path / "t.md").read_text()
+    assert "| dl0027_x | 40.0 | 30.0, 50.0 | 60 |" in page and "median of 3 rounds" in page
+    assert "The ten chapters: 51.0 s (budget 240 s)" in page and "62.0 s, 51.0 s." in page
+    with pytest.raises(ValueError, match="rounds must be an int >= 1"):
+        course_timing.time_rounds([Path("dl0027_x.ipynb")], rounds=0)
+
+
+def test_course_timing_single_round_has_no_round_totals(monkeypatch):
+    monkeypatch.setattr(course_timing, "time_notebook", lambda path: {
+        "chapter": path.stem, "seconds": 5.0, "budget_s": 60, "within_budget": True, "slowest_cells": "[]"})
+    frame = course_timing.time_rounds([Path("dl0027_x.ipynb")], rounds=1)
+    assert frame.seconds.tolist() == [5.0] and course_timing.round_totals_line(frame) == ""
