@@ -89,7 +89,8 @@ def time_notebook(path: Path, slowest: int = 3) -> dict:
 def time_rounds(paths: list[Path], rounds: int) -> pd.DataFrame:
     """``rounds`` rounds of :func:`time_notebook` over ``paths``; one row per page with its median round.
 
-    ``seconds`` is the page's median over the rounds (its slowest cells those of its median round),
+    ``seconds`` is the page's median over the rounds (its slowest cells those of its median round,
+    the faster middle one for an even count),
     ``seconds_min`` and ``seconds_max`` its fastest and slowest, ``rounds`` the round count; the
     frame's ``attrs["round_seconds"]`` holds each round's seconds per page, for :func:`round_totals_line`.
     """
