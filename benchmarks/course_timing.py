@@ -44,10 +44,15 @@ def budget_seconds(stem: str) -> int:
     return CHAPTER_BUDGET_S if stem.startswith("dl") else PAGE_BUDGET_S
 
 
+def is_one_of_the_ten(page: str) -> bool:
+    """Whether a page is one of the ten chapters DL0027-DL0036 (a chapter page, not the capstone)."""
+    return page.startswith("dl") and not page.startswith(CAPSTONE_PREFIX)
+
+
 def totals_line(frame: pd.DataFrame) -> str:
     """The course totals: the ten chapters (budget 240 s), the eleven with the capstone (330 s), every page."""
     chapters = frame[frame.chapter.str.startswith("dl")]
-    ten = chapters[~chapters.chapter.str.startswith(CAPSTONE_PREFIX)]
+    ten = chapters[chapters.chapter.map(is_one_of_the_ten)]
     line = f"The ten chapters: {ten.seconds.sum():.1f} s (budget {COURSE_BUDGET_S} s); "
     if len(ten) != len(chapters):
         line += (f"the {len(chapters)} chapters with the capstone: {chapters.seconds.sum():.1f} s "
@@ -90,9 +95,9 @@ def time_rounds(paths: list[Path], rounds: int) -> pd.DataFrame:
     """``rounds`` rounds of :func:`time_notebook` over ``paths``; one row per page with its median round.
 
     ``seconds`` is the page's median over the rounds (its slowest cells those of its median round,
-    the faster middle one for an even count),
-    ``seconds_min`` and ``seconds_max`` its fastest and slowest, ``rounds`` the round count; the
-    frame's ``attrs["round_seconds"]`` holds each round's seconds per page, for :func:`round_totals_line`.
+    the faster middle one for an even count), ``seconds_min`` and ``seconds_max`` its fastest and
+    slowest, ``rounds`` the round count; the frame's ``attrs["round_seconds"]`` holds each round's
+    seconds per page, for :func:`round_totals_line`.
     """
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
@@ -115,25 +120,23 @@ def round_totals_line(frame: pd.DataFrame) -> str:
     rounds = frame.attrs.get("round_seconds", [])
     if len(rounds) < 2:
         return ""
-    ten = [sum(s for page, s in r.items() if page.startswith("dl") and not page.startswith(CAPSTONE_PREFIX))
-           for r in rounds]
-    return ("The ten chapters in each of the " + f"{len(rounds)} rounds, in order: "
-            + ", ".join(f"{t:.1f} s" for t in ten) + ".")
+    ten = [sum(seconds for page, seconds in r.items() if is_one_of_the_ten(page)) for r in rounds]
+    totals = ", ".join(f"{t:.1f} s" for t in ten)
+    return f"The ten chapters in each of the {len(rounds)} rounds, in order: {totals}."
 
 
 def write_markdown(frame: pd.DataFrame, path: Path) -> None:
     """The timing table, the course totals and (collapsed) the slowest cells as a markdown fragment."""
     when = f"{time.strftime('%Y-%m-%d')}, {platform.machine()} CPU with {os.cpu_count()} cores"
-    repeated = "rounds" in frame and frame.rounds.max() > 1
+    repeated = "rounds" in frame and frame.rounds.max() > 1  # then a column of each page's fastest and slowest
     if repeated:
         rows = ["| page | seconds (median) | fastest, slowest | budget (s) |", "|---|--:|--:|--:|"]
-        rows += [f"| {r.chapter} | {r.seconds:.1f} | {r.seconds_min:.1f}, {r.seconds_max:.1f} | {r.budget_s} |"
-                 for r in frame.itertuples()]
-        what = f"median of {frame.rounds.max()} rounds, "
     else:
         rows = ["| page | seconds | budget (s) |", "|---|--:|--:|"]
-        rows += [f"| {r.chapter} | {r.seconds:.1f} | {r.budget_s} |" for r in frame.itertuples()]
-        what = ""
+    for r in frame.itertuples():
+        spread = f" {r.seconds_min:.1f}, {r.seconds_max:.1f} |" if repeated else ""
+        rows.append(f"| {r.chapter} | {r.seconds:.1f} |{spread} {r.budget_s} |")
+    what = f"median of {frame.rounds.max()} rounds, " if repeated else ""
     table = (f":::{{table}} Seconds to execute each page top to bottom in a fresh kernel (kernel start included; "
              f"{what}one page at a time); {when}\n:align: left\n\n" + "\n".join(rows) + "\n:::")
     summary = " ".join(filter(None, [totals_line(frame), round_totals_line(frame)]))
@@ -158,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         print(frame.to_string(index=False))
     print(f"\n{totals_line(frame)[:-1]}; "
           f"over budget: {', '.join(frame.loc[~frame.within_budget, 'chapter']) or 'none'}")
-    if round_totals_line(frame):
-        print(round_totals_line(frame))
+    rounds_line = round_totals_line(frame)
+    if rounds_line:
+        print(rounds_line)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         frame.to_csv(args.out, index=False)
