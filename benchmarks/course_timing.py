@@ -32,6 +32,8 @@ import nbformat
 import pandas as pd
 from nbclient import NotebookClient
 
+from transformer_course._validation import check_int
+
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER_BUDGET_S, COURSE_BUDGET_S, PAGE_BUDGET_S = 60, 240, 30
 CAPSTONE_PREFIX, CAPSTONE_BUDGET_S, ALL_CHAPTERS_BUDGET_S = "dl0037", 90, 330
@@ -99,8 +101,7 @@ def time_rounds(paths: list[Path], rounds: int) -> pd.DataFrame:
     slowest, ``rounds`` the round count; the frame's ``attrs["round_seconds"]`` holds each round's
     seconds per page, for :func:`round_totals_line`.
     """
-    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
-        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    rounds = check_int("rounds", rounds, minimum=1)
     results = [[time_notebook(path) for path in paths] for _ in range(rounds)]  # (rounds, pages)
     rows = []
     for page in range(len(paths)):

@@ -132,8 +132,10 @@ def test_course_timing_reports_each_page_median_round_and_every_round_total(monk
     page = (tmp_path / "t.md").read_text()
     assert "| dl0027_x | 40.0 | 30.0, 50.0 | 60 |" in page and "median of 3 rounds" in page
     assert "The ten chapters: 51.0 s (budget 240 s)" in page and "62.0 s, 51.0 s." in page
-    with pytest.raises(ValueError, match="rounds must be an int >= 1"):
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
         course_timing.time_rounds([Path("dl0027_x.ipynb")], rounds=0)
+    with pytest.raises(TypeError, match="rounds must be an int"):
+        course_timing.time_rounds([Path("dl0027_x.ipynb")], rounds=True)
 
 
 def test_course_timing_single_round_has_no_round_totals(monkeypatch):
