@@ -75,7 +75,8 @@ def test_workers_fork_on_linux_spawn_elsewhere_and_write_to_their_own_streams(mo
 
     from transformer_course.experiments import parallel
 
-    assert parallel.start_method() == ("fork" if sys.platform.startswith("linux") else "spawn")
+    safe = sys.platform.startswith("linux") and not parallel.accelerator_present()
+    assert parallel.start_method() == ("fork" if safe else "spawn")
     parallel.shutdown_workers()
     assert map_runs(_streams, [()] * 2, workers=2) == [(True, True)] * 2  # not the parent's (a kernel's) streams
     forked = map_runs(operator.mul, [(a, 7) for a in range(5)], workers=2)
@@ -127,3 +128,82 @@ def test_forked_workers_inherit_what_a_training_run_imports():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[True, True]"
+
+
+def test_workers_are_spawned_wherever_an_accelerator_makes_forking_unsafe(monkeypatch):
+    """The decision: fork only on Linux with no accelerator and no CUDA context (a GPU cannot be faked here)."""
+    import torch
+
+    from transformer_course.experiments import parallel
+
+    monkeypatch.setattr(parallel.sys, "platform", "linux")
+    monkeypatch.setattr(parallel, "accelerator_present", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert parallel.start_method() == "fork"
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert parallel.start_method() == "spawn"
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(parallel, "accelerator_present", lambda: True)
+    assert parallel.start_method() == "spawn"
+    monkeypatch.setattr(parallel.sys, "platform", "darwin")
+    monkeypatch.setattr(parallel, "accelerator_present", lambda: False)
+    assert parallel.start_method() == "spawn"
+
+
+def test_a_cuda_device_counts_as_an_accelerator(monkeypatch):
+    import torch
+
+    from transformer_course.experiments import parallel
+
+    monkeypatch.setattr(parallel, "ACCELERATOR_MODULES", ("cuda",))  # the other backends left out
+    monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: "cuda")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert parallel.accelerator_present() is True
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert parallel.accelerator_present() is False
+
+    def no_driver():
+        raise RuntimeError("Found no NVIDIA driver on your system")
+
+    monkeypatch.setattr(torch.cuda, "device_count", no_driver)
+    assert parallel.accelerator_present() is False  # a backend that cannot count its devices has none
+
+
+BACKWARD_PROBE = """
+import torch
+
+
+def backward_run(seed):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, generator=generator, requires_grad=True)
+    (x * x).sum().backward()
+    return round(float(x.grad.sum()), 6)
+"""
+
+
+def test_workers_train_after_the_caller_ran_autograd_on_a_machine_with_an_accelerator(tmp_path):
+    """The GPU runtime's failure, reproduced on the CPU, in a fresh process.
+
+    An accelerator device (here PyTorch's own stand-in for a custom backend: one device) makes
+    autograd start its device threads at the first backward pass; a worker forked after that stops
+    with "Unable to handle autograd's threading in combination with fork-based multiprocessing",
+    as DL0035 did on a GPU machine. The workers must still compute what a loop computes.
+    """
+    import subprocess
+    import sys
+
+    (tmp_path / "backward_probe.py").write_text(BACKWARD_PROBE)
+    script = (
+        "import sys, torch\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from torch.utils.backend_registration import _setup_privateuseone_for_python_backend\n"
+        "from backward_probe import backward_run\n"
+        "from transformer_course.experiments.parallel import map_runs, start_method\n"
+        "_setup_privateuseone_for_python_backend()  # one stand-in accelerator device\n"
+        "backward_run(0)  # the caller runs autograd first, as every chapter does\n"
+        "print(start_method())\n"
+        "print(map_runs(backward_run, [(s,) for s in range(4)], workers=2) == [backward_run(s) for s in range(4)])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["spawn", "True"]

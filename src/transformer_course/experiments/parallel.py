@@ -5,12 +5,19 @@ can train two ensemble members at once. Each worker is a separate Python process
 on its arguments; a run's numbers depend only on its own arguments and its single thread, so the
 results are those of a plain loop, in the same order, whatever the number of workers.
 
-On Linux a worker is forked from the calling process: it starts in milliseconds, with torch and
-the package already imported (PyTorch's own ``DataLoader`` workers start the same way). Elsewhere
-(macOS, where forking a process that has loaded system frameworks is unsafe, and Windows, which
-cannot fork) it is spawned: a fresh Python that imports torch and the package, about two seconds
-of CPU. Either way the workers are kept for the next call with the same number of workers (a
-chapter that trains three ensembles starts its workers once), and shut down when the process exits.
+How a worker starts depends on what forking would copy. On a Linux machine with no accelerator, a
+worker is forked from the calling process: it starts in milliseconds, with torch and the package
+already imported (PyTorch's own ``DataLoader`` workers start the same way). Where a GPU (or any
+other accelerator PyTorch sees) is present, workers are spawned instead, even on Linux: a forked
+child cannot use CUDA once its parent has initialized it ("CUDA error: initialization error"), and
+autograd refuses to run in a child forked after the parent's first backward pass, which starts one
+thread per accelerator device ("Unable to handle autograd's threading in combination with
+fork-based multiprocessing"). On macOS (where forking a process that has loaded system frameworks
+is unsafe) and Windows (which cannot fork) workers are always spawned. A spawned worker is a fresh
+Python that imports torch and the package, about two seconds of CPU, and may use the GPU itself.
+The results are the same either way (:func:`start_method` says which is used). The workers are
+kept for the next call with the same number of workers (a chapter that trains three ensembles
+starts its workers once), and shut down when the process exits.
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ def workers_for(workers: int, device: torch.device | str | None) -> int:
     """The worker processes for training on ``device``: ``workers`` on the CPU, 1 elsewhere.
 
     Worker processes share the CPU's cores; on an accelerator the runs train one after another in
-    this process (forked workers cannot use CUDA, and one GPU gains nothing from two of them).
+    this process (one GPU gains nothing from two processes taking turns on it).
 
     Raises:
         TypeError, ValueError: if ``workers`` is not an int >= 1.
@@ -139,9 +146,39 @@ def _import_before_forking() -> None:
     import torch._dynamo  # noqa: F401
 
 
+ACCELERATOR_MODULES = ("cuda", "xpu", "mps", "mtia")
+"""The ``torch.<name>`` device modules looked at, with the renamed ``PrivateUse1`` backend's (if any)."""
+
+
+def accelerator_present() -> bool:
+    """Whether PyTorch sees at least one accelerator device (a CUDA GPU, XPU, MPS, MTIA or custom backend).
+
+    This is what decides whether forking is safe: autograd starts a thread per accelerator device
+    at the first backward pass, and a CUDA context cannot cross a fork. Counting devices does not
+    make forking unsafe on a machine without any (``torch.cuda.device_count()`` is 0 there).
+    """
+    import torch
+
+    names = [*ACCELERATOR_MODULES, torch._C._get_privateuse1_backend_name()]
+    for name in dict.fromkeys(names):
+        count = getattr(getattr(torch, name, None), "device_count", None)
+        try:
+            if callable(count) and count() > 0:
+                return True
+        except (RuntimeError, AssertionError):  # a backend built in but unusable here has no device
+            continue
+    return False
+
+
 def start_method() -> str:
-    """How workers start: "fork" on Linux, "spawn" elsewhere (see the module docstring)."""
-    return "fork" if sys.platform.startswith("linux") else "spawn"
+    """How workers start: "fork" on Linux without an accelerator, "spawn" otherwise (see the module docstring)."""
+    if not sys.platform.startswith("linux"):
+        return "spawn"
+    import torch
+
+    if torch.cuda.is_initialized() or accelerator_present():
+        return "spawn"
+    return "fork"
 
 
 def _ignore_interrupts() -> None:
