@@ -1,6 +1,6 @@
 """The student edition's install cell says, in one line, when the runtime's PyTorch is too old.
 
-``tools/student_edition.py`` puts the check into each chapter's install cell, with the ``torch>=``
+``tools/coursework.py`` (release, and so the student edition) puts the check into each chapter's install cell, with the ``torch>=``
 bound of ``pyproject.toml`` (which ``tests/test_dependency_bounds.py`` keeps honest). The cell is
 run here as the edition has it, outside Colab and with the package importable, with the installed
 PyTorch version faked: older than the bound, it prints exactly one line naming both versions and
@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-import student_edition  # noqa: E402
+import coursework  # noqa: E402  (the release pins the install cell and adds the check)
 
 CHAPTER = sorted((ROOT / "chapters").glob("dl00*.ipynb"))[0]
 
@@ -28,8 +28,8 @@ CHAPTER = sorted((ROOT / "chapters").glob("dl00*.ipynb"))[0]
 def _install_cell(minimum: str) -> str:
     notebook = nbformat.read(CHAPTER, as_version=4)
     source = next(c for c in notebook.cells if c.cell_type == "code").source
-    source = student_edition.REF_LINE.sub('COURSE_REF = "0123456789abcdef0123456789abcdef01234567"', source, count=1)
-    return student_edition.with_torch_check(source, minimum)
+    source = coursework.REF_LINE.sub('COURSE_REF = "0123456789abcdef0123456789abcdef01234567"', source, count=1)
+    return coursework.with_torch_check(source, minimum)
 
 
 def _run(source: str, installed: str | None, monkeypatch) -> str:
@@ -47,7 +47,7 @@ def _run(source: str, installed: str | None, monkeypatch) -> str:
 
 
 def test_the_bound_in_the_cell_is_pyprojects():
-    minimum = student_edition.torch_minimum()
+    minimum = coursework.torch_minimum()
     assert minimum == "2.5"
     assert f'TORCH_MIN = "{minimum}"' in _install_cell(minimum)
 

@@ -51,8 +51,10 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
+import tomllib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +76,83 @@ from transformer_course.course.sandbox import walk_files  # noqa: E402
 
 class CourseworkError(Exception):
     """A problem the instructor must fix (malformed chapter, leaking release, bad submissions)."""
+
+
+# --- the install cell: pinned to the package that grades it ------------------------------------
+
+PACKAGE_PATHS = ("src", "pyproject.toml")
+REF_LINE = re.compile(r'^COURSE_REF = "(?P<ref>[^"]*)".*$', re.MULTILINE)
+TORCH_BOUND = re.compile(r"^torch\s*>=\s*(?P<version>[0-9][0-9.]*)\s*$")
+# Put into the install cell right after the COURSE_REF line: one line of output when the runtime's
+# PyTorch is older than the course's bound (Colab keeps its own PyTorch).
+TORCH_CHECK = """\
+TORCH_MIN = "{minimum}"  # the oldest PyTorch the course runs on (pyproject.toml; tools/coursework.py)
+try:
+    from importlib.metadata import version as _installed_version
+    _torch = _installed_version("torch")
+except Exception:  # no PyTorch at all: the install below brings one
+    _torch = None
+if _torch and tuple(int(x) for x in re.findall(r"\\d+", _torch)[:2]) < tuple(int(x) for x in TORCH_MIN.split(".")[:2]):
+    print(f'PyTorch {{_torch}} here is older than {{TORCH_MIN}}, the oldest this course runs on: pip install -U '
+          f'"torch>={{TORCH_MIN}}" (in Colab the install below does it), then restart the kernel.')
+"""
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def package_ref() -> str:
+    """The last commit that changed the package (``src/``, ``pyproject.toml``): what a release pins."""
+    try:
+        if _git("status", "--porcelain", "--", *PACKAGE_PATHS):
+            raise CourseworkError("src/ or pyproject.toml has uncommitted changes; commit them first (the student "
+                                  "notebooks pin the commit their package comes from), or pass --ref")
+        return _git("log", "-1", "--format=%H", "HEAD", "--", *PACKAGE_PATHS)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        raise CourseworkError("this is not a git checkout of the course: pass --ref (a commit or an edition tag "
+                              "such as v2026.12) to say which package the student notebooks install") from None
+
+
+def torch_minimum(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """The lower bound of ``torch`` in the package's dependencies (``torch>=X``)."""
+    dependencies = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    for dependency in dependencies:
+        match = TORCH_BOUND.match(dependency)
+        if match:
+            return match["version"]
+    raise CourseworkError(f"{pyproject} has no torch>=X dependency")
+
+
+def with_torch_check(source: str, minimum: str) -> str:
+    """The install cell with the PyTorch check after its ``COURSE_REF`` line (and ``import re``)."""
+    lines = source.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if REF_LINE.match(line.rstrip("\n")))
+    check = TORCH_CHECK.format(minimum=minimum)
+    if not re.search(r"^import re$", source, re.MULTILINE):
+        check = "import re\n" + check
+    return "".join(lines[: at + 1]) + check + "".join(lines[at + 1:])
+
+
+def has_install_cell(notebook) -> bool:
+    """Whether the notebook's first code cell is an install cell (it has a ``COURSE_REF = "..."`` line)."""
+    first = next((c for c in notebook.cells if c.cell_type == "code"), None)
+    return first is not None and bool(REF_LINE.search(first.source))
+
+
+def pin_install_cell(notebook, ref: str) -> None:
+    """Pin the first code cell's ``COURSE_REF`` to ``ref`` and add the PyTorch check (in place).
+
+    The student notebook that is handed out, opened in Colab, downloaded from the site and graded is
+    one notebook: its install cell installs the package at the commit (or edition tag) that grades it.
+    """
+    if not re.fullmatch(r"[0-9A-Za-z._/-]{1,100}", ref):
+        raise CourseworkError(f"--ref must be a commit or a tag (letters, digits, '.', '_', '/', '-'), got {ref!r}")
+    install = next(c for c in notebook.cells if c.cell_type == "code")
+    what = "commit" if re.fullmatch(r"[0-9a-f]{40}", ref) else "release"
+    install.source = REF_LINE.sub(f'COURSE_REF = "{ref}"  # the {what} whose package made the outputs below',
+                                  install.source, count=1)
+    install.source = with_torch_check(install.source, torch_minimum())
 
 
 # --- nbgrader plumbing --------------------------------------------------------------------------
@@ -139,8 +218,11 @@ def default_chapters() -> list[Path]:
     return sorted(CHAPTERS.glob("dl00*.ipynb"))
 
 
-def release(chapters: list[Path], out: Path, verbose: bool = False) -> list[Path]:
+def release(chapters: list[Path], out: Path, verbose: bool = False, ref: str | None = None) -> list[Path]:
     """Make the course folder ``out`` with one nbgrader assignment (and student version) per chapter.
+
+    A chapter's install cell is pinned to ``ref`` (default: the last commit that changed the package,
+    :func:`package_ref`), as in the student edition (``student/``), so the two hold the same code cells.
 
     Returns:
         The student notebooks, ``out/release/<chapter>/<chapter>.ipynb``.
@@ -173,10 +255,15 @@ def release(chapters: list[Path], out: Path, verbose: bool = False) -> list[Path
         if not result["success"] or not student.exists():
             raise CourseworkError(f"nbgrader generate_assignment failed for {stem}:\n"
                                   f"{result.get('log', '')}{result.get('error', '')}")
-        leaks = student_version_leaks(nbformat.read(student, as_version=4), notebook)
+        version = nbformat.read(student, as_version=4)
+        leaks = student_version_leaks(version, notebook)
         if leaks:
             student.unlink()
             raise CourseworkError(f"the student version of {stem} leaks:\n  " + "\n  ".join(leaks))
+        if has_install_cell(version):
+            ref = ref or package_ref()
+            pin_install_cell(version, ref)
+            nbformat.write(version, student)
         released.append(student)
     return released
 
@@ -506,6 +593,9 @@ def main(argv: list[str] | None = None) -> int:
     release_parser.add_argument("--out", type=Path, required=True, help="the course folder to create or update")
     release_parser.add_argument("chapters", nargs="*", type=Path,
                                 help="chapter notebooks (default: chapters/dl00*.ipynb)")
+    release_parser.add_argument("--ref", default=None,
+                                help="the commit or edition tag the student notebooks install the package at "
+                                     "(default: the last commit that changed src/ or pyproject.toml)")
     grade_parser = commands.add_parser("grade", help="grade a folder of submissions, each in a sandbox")
     grade_parser.add_argument("--course", type=Path, required=True, help="the course folder made by release")
     grade_parser.add_argument("--submissions", type=Path, required=True,
@@ -539,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "release":
             chapters = [p.resolve() for p in args.chapters] or default_chapters()
-            released = release(chapters, args.out.resolve(), args.verbose)
+            released = release(chapters, args.out.resolve(), args.verbose, ref=args.ref)
             print(f"released {len(released)} chapters; hand out the student versions:")
             for path in released:
                 print(f"  {path}")

@@ -34,48 +34,20 @@ import re
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDENT = ROOT / "student"
-PACKAGE_PATHS = ("src", "pyproject.toml")
-REF_LINE = re.compile(r'^COURSE_REF = "(?P<ref>[^"]*)".*$', re.MULTILINE)
 EXERCISE = re.compile(r"^(?P<fence>:{3,}|`{3,})\{exercise\}[ \t]*(?P<title>[^\n]*)\n"
                       r"(?P<options>(?::[\w-]+:[^\n]*\n)*)(?P<body>.*?)^(?P=fence)[ \t]*$",
                       re.MULTILINE | re.DOTALL)
 LABEL = re.compile(r"^:label:[ \t]*(?P<label>\S+)", re.MULTILINE)
-TORCH_BOUND = re.compile(r"^torch\s*>=\s*(?P<version>[0-9][0-9.]*)\s*$")
-# Put into the student edition's install cell right after the COURSE_REF line: one line of output
-# when the runtime's PyTorch is older than the course's bound (Colab keeps its own PyTorch).
-TORCH_CHECK = """\
-TORCH_MIN = "{minimum}"  # the oldest PyTorch the course runs on (pyproject.toml; tools/student_edition.py)
-try:
-    from importlib.metadata import version as _installed_version
-    _torch = _installed_version("torch")
-except Exception:  # no PyTorch at all: the install below brings one
-    _torch = None
-if _torch and tuple(int(x) for x in re.findall(r"\\d+", _torch)[:2]) < tuple(int(x) for x in TORCH_MIN.split(".")[:2]):
-    print(f'PyTorch {{_torch}} here is older than {{TORCH_MIN}}, the oldest this course runs on: pip install -U '
-          f'"torch>={{TORCH_MIN}}" (in Colab the install below does it), then restart the kernel.')
-"""
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import coursework  # noqa: E402  (tools/coursework.py: the release this edition is made from)
-
-
-def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-
-
-def package_ref() -> str:
-    """The last commit that changed the package (``src/``, ``pyproject.toml``)."""
-    if _git("status", "--porcelain", "--", *PACKAGE_PATHS):
-        raise SystemExit("error: src/ or pyproject.toml has uncommitted changes; commit them first "
-                         "(the edition pins the commit its package comes from), or pass --ref")
-    return _git("log", "-1", "--format=%H", "HEAD", "--", *PACKAGE_PATHS)
+from coursework import PACKAGE_PATHS, REF_LINE, _git  # noqa: E402
 
 
 def exercise_markdown(source: str) -> str:
@@ -92,28 +64,12 @@ def _is_exercise(cell) -> bool:
     return cell.cell_type == "markdown" and bool(EXERCISE.search(cell.source))
 
 
-def torch_minimum(pyproject: Path = ROOT / "pyproject.toml") -> str:
-    """The lower bound of ``torch`` in the package's dependencies (``torch>=X``)."""
-    dependencies = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
-    for dependency in dependencies:
-        match = TORCH_BOUND.match(dependency)
-        if match:
-            return match["version"]
-    raise coursework.CourseworkError(f"{pyproject} has no torch>=X dependency")
-
-
-def with_torch_check(source: str, minimum: str) -> str:
-    """The install cell with the PyTorch check after its ``COURSE_REF`` line (and ``import re``)."""
-    lines = source.splitlines(keepends=True)
-    at = next(i for i, line in enumerate(lines) if REF_LINE.match(line.rstrip("\n")))
-    check = TORCH_CHECK.format(minimum=minimum)
-    if not re.search(r"^import re$", source, re.MULTILINE):
-        check = "import re\n" + check
-    return "".join(lines[: at + 1]) + check + "".join(lines[at + 1:])
-
-
 def student_notebook(released, instructor, ref: str):
-    """The edition of one chapter from its released student version and its instructor notebook."""
+    """The edition of one chapter from its released student version (install cell pinned to ``ref``).
+
+    The edition's code cells are the release's, so a returned edition grades as a released one; it
+    adds the teaching cells' outputs and renders the exercises as plain Markdown.
+    """
     notebook = copy.deepcopy(released)
     outputs = {cell.get("id"): cell for cell in instructor.cells if cell.cell_type == "code"}
     first_exercise = next((i for i, c in enumerate(notebook.cells) if _is_exercise(c)), len(notebook.cells))
@@ -124,14 +80,9 @@ def student_notebook(released, instructor, ref: str):
             teacher = outputs[cell.get("id")]
             cell.outputs = copy.deepcopy(teacher.outputs)
             cell.execution_count = teacher.execution_count
-    install = next(c for c in notebook.cells if c.cell_type == "code")
-    if not REF_LINE.search(install.source):
+    if not coursework.has_install_cell(notebook):
         raise coursework.CourseworkError(f"{instructor.metadata.get('title', 'a chapter')}: the first code cell "
                                          "has no COURSE_REF line to pin")
-    what = "commit" if re.fullmatch(r"[0-9a-f]{40}", ref) else "release"
-    install.source = REF_LINE.sub(f'COURSE_REF = "{ref}"  # the {what} whose package made the outputs below',
-                                  install.source, count=1)
-    install.source = with_torch_check(install.source, torch_minimum())
     notebook.metadata.pop("jupytext", None)
     notebook.metadata["transformer_course"] = {"edition": "student", "package_ref": ref}
     return notebook
@@ -140,7 +91,7 @@ def student_notebook(released, instructor, ref: str):
 def build(chapters: list[Path], ref: str) -> dict[str, str]:
     """Every chapter's edition as notebook JSON text, keyed by file name."""
     with tempfile.TemporaryDirectory() as folder:
-        released = coursework.release(chapters, Path(folder))
+        released = coursework.release(chapters, Path(folder), ref=ref)
         editions = {}
         for path, student in zip(chapters, released):
             notebook = student_notebook(nbformat.read(student, as_version=4),
@@ -195,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             if problems:
                 print("run: python tools/student_edition.py", file=sys.stderr)
             return 1 if problems else 0
-        ref = args.ref or package_ref()
+        ref = args.ref or coursework.package_ref()
         editions = build(chapters, ref)
     except coursework.CourseworkError as error:
         print(f"error: {error}", file=sys.stderr)

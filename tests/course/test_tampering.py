@@ -88,3 +88,30 @@ def test_no_solution_of_the_course_is_flagged():
                 source = "".join(cell["source"])
                 assert tampering(source) == [], (notebook.stem, grade_id)
     assert solutions >= 30
+
+
+INSTALL = ('import subprocess\nCOURSE_REF = "{ref}"  # the commit whose package made the outputs below\n'
+           'if "google.colab" in sys.modules:\n    subprocess.run(["pip", "install", COURSE_REF])\n')
+
+
+def test_an_install_cell_pinned_to_another_commit_is_still_the_courses():
+    from transformer_course.course.plans import course_cell_key
+
+    released = course_cell_key(INSTALL.format(ref="30128e4afbe2b48c68b30f0f11867ce5156f123d"))
+    assert course_cell_key(INSTALL.format(ref="v2026.12")) == released
+    assert course_cell_key("\n" + INSTALL.format(ref="main") + "\n\n") == released
+
+
+@pytest.mark.parametrize("pin", [
+    'COURSE_REF = "main"; import gc',                 # code after the pin
+    'COURSE_REF = "main"  # fine\rimport gc',         # a carriage return is a new line to Python
+    'COURSE_REF = "ma\\"in"',                          # an escaped quote in the name
+    'COURSE_REF = "main" if gc else "x"',             # an expression
+    'COURSE_REF = ("main")',
+])
+def test_only_a_bare_pin_is_normalised_so_no_code_hides_in_it(pin):
+    from transformer_course.course.plans import course_cell_key
+
+    released = course_cell_key(INSTALL.format(ref="main"))
+    changed = INSTALL.replace('COURSE_REF = "{ref}"  # the commit whose package made the outputs below', pin)
+    assert course_cell_key(changed) != released

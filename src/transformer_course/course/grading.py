@@ -51,6 +51,7 @@ from transformer_course.course.feedback import describe_error, feedback_html, sa
 from transformer_course.course.kernel import (GRADER_MODULE, PACKAGE_HIT, Kernel, KernelGone,  # noqa: F401
                                               KernelTimeout, RemoteError, RemoteObject, code_print)
 from transformer_course.course.plans import (ExercisePlan, InvalidNotebook, anchors, answer_closure,  # noqa: F401
+                                             course_cell_key,
                                              armed_statements, copied_references, exercise_plans,
                                              read_submission, reference_fingerprints, references_in_answers,
                                              released_sources, split_hidden)
@@ -470,7 +471,7 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
         return not_graded(plans, str(error), time.monotonic() - start)
     chapter = instructor_notebook.stem
     released = released_sources(released_folder / f"{chapter}.ipynb" if released_folder else None)
-    student = {i for i, c in enumerate(cells) if c["source"].strip() not in released and not c["test"]}
+    student = {i for i, c in enumerate(cells) if course_cell_key(c["source"]) not in released and not c["test"]}
     anchored = anchors(cells, plans)
     targets = sorted({t for p in plans for t in p.targets})
     student_sources = [cells[i]["source"] for i in sorted(student)]

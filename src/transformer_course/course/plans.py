@@ -350,8 +350,25 @@ def copied_references(sources: list[str], fingerprints: dict[str, str]) -> dict[
     return copied
 
 
+PINNED_REF = re.compile(r'^COURSE_REF = "[0-9A-Za-z._/-]{1,100}"(?:[ \t]+#[^\r\n]*)?$', re.MULTILINE)
+"""An install cell's pin: ``COURSE_REF = "<commit or tag>"``, an optional comment, nothing else on the line."""
+
+
+def course_cell_key(source: str) -> str:
+    """A code cell's source as the grader matches it against the released version's cells.
+
+    Stripped, with the install cell's pinned package reference replaced by a placeholder: the student
+    notebook a student opened (the site's student edition, or the instructor's release) may pin
+    another commit of the package than the release the grader holds, and it is still the course's
+    cell. Only a line that is exactly a pin (a name of letters, digits, ``._/-``, then at most a
+    comment; a carriage return counts as a new line, as it does for Python) is replaced, so no
+    code can hide in it; that value is only read in Colab, never in the grading sandbox.
+    """
+    return PINNED_REF.sub('COURSE_REF = "..."', source.strip())
+
+
 def released_sources(released_notebook: Path | None) -> set[str]:
-    """The code cells of the student version, stripped: cells a student did not write."""
+    """The code cells of the student version, as :func:`course_cell_key`: cells a student did not write."""
     if released_notebook is None or not released_notebook.is_file():
         return set()
     notebook = json.loads(released_notebook.read_text(encoding="utf-8"))
@@ -361,5 +378,5 @@ def released_sources(released_notebook: Path | None) -> set[str]:
             source = cell.get("source", "")
             source = "".join(source) if isinstance(source, list) else source
             if "NotImplementedError" not in source:
-                sources.add(source.strip())
+                sources.add(course_cell_key(source))
     return sources
