@@ -80,9 +80,16 @@ def test_fused_path_takes_non_contiguous_heads(gen):
                                atol=1e-12, rtol=0)
 
 
-def test_auto_picks_flex_on_cuda_fused_for_inference_blocked_for_training(gen):
+def test_auto_picks_flex_on_cuda_fused_for_inference_blocked_for_training(gen, monkeypatch):
+    from transformer_course.nn import sparse_attention
+
+    monkeypatch.setattr(sparse_attention, "flex_runs_on", lambda device, dtype: True)
     assert _choose_implementation(torch.device("cuda", 0), needs_grad=False) == "flex"
     assert _choose_implementation(torch.device("cuda", 0), needs_grad=True) == "flex"
+    monkeypatch.setattr(sparse_attention, "flex_runs_on", lambda device, dtype: False)  # a card Triton cannot use
+    assert _choose_implementation(torch.device("cuda", 0), needs_grad=False, dtype=torch.bfloat16) == "fused"
+    assert _choose_implementation(torch.device("cuda", 0), needs_grad=True, dtype=torch.bfloat16) == "blocked"
+    monkeypatch.undo()
     assert _choose_implementation(torch.device("cpu"), needs_grad=False) == "fused"
     assert _choose_implementation(torch.device("cpu"), needs_grad=True) == "blocked"
     assert set(IMPLEMENTATIONS) == {"auto", "blocked", "fused", "flex"}
@@ -92,6 +99,28 @@ def test_auto_picks_flex_on_cuda_fused_for_inference_blocked_for_training(gen):
     with torch.no_grad():
         torch.testing.assert_close(sliding_window_attention(x, k, v, 8), _dense(q, k, v, sliding_window_mask(50, 8)),
                                    atol=1e-12, rtol=0)
+
+
+def test_a_device_where_flex_attention_fails_is_reported_once_and_not_used(monkeypatch):
+    from transformer_course.nn import sparse_attention
+
+    def broken():
+        def compiled(*args, **kwargs):
+            raise RuntimeError("Triton: this card has no bfloat16 support\nmore detail")
+        return compiled
+
+    sparse_attention.flex_runs_on.cache_clear()
+    monkeypatch.setattr(sparse_attention, "_compiled_flex_attention", broken)
+    with pytest.warns(RuntimeWarning, match=r"FlexAttention does not run on cpu in torch.bfloat16 \(RuntimeError: "
+                                            r"Triton: this card has no bfloat16 support\)"):
+        assert sparse_attention.flex_runs_on(torch.device("cpu"), torch.bfloat16) is False
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert sparse_attention.flex_runs_on(torch.device("cpu"), torch.bfloat16) is False
+    assert not caught  # tried once per device and dtype: no second warning
+    sparse_attention.flex_runs_on.cache_clear()
 
 
 def test_flex_block_mask_is_built_once_per_length_band_and_device():

@@ -298,9 +298,30 @@ def _needs_grad(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
 
 
-def _choose_implementation(device: torch.device, needs_grad: bool) -> str:
-    """What ``implementation="auto"`` runs: FlexAttention on CUDA, else fused unless autograd needs the blocked path."""
-    if device.type == "cuda":
+@functools.lru_cache(maxsize=16)
+def flex_runs_on(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether compiled FlexAttention runs on this CUDA device in this dtype (tried once, on a tiny input).
+
+    FlexAttention compiles a Triton kernel, which needs a card and a dtype Triton supports (an older
+    card, such as Colab's T4, has no bfloat16 tensor cores). Any failure to compile or run counts as
+    "no": "auto" then takes the band's own paths, which run wherever PyTorch does.
+    """
+    try:
+        x = torch.zeros(1, 1, 128, 16, device=device, dtype=dtype)  # (N, 1, T, Dh): one block
+        _compiled_flex_attention()(x, x, x, block_mask=_band_block_mask(128, 1, 1, x.device))
+        return True
+    except Exception as error:  # noqa: BLE001  (compilation fails with many types: Triton's, inductor's, CUDA's)
+        import warnings
+
+        warnings.warn(f"FlexAttention does not run on {device} in {dtype} ({type(error).__name__}: "
+                      f"{str(error).splitlines()[0][:200] if str(error) else ''}); sliding_window_attention's "
+                      f"'auto' uses the blocked paths there instead", RuntimeWarning, stacklevel=2)
+        return False
+
+
+def _choose_implementation(device: torch.device, needs_grad: bool, dtype: torch.dtype = torch.float32) -> str:
+    """What ``implementation="auto"`` runs: FlexAttention on CUDA where it compiles, else fused unless autograd needs the blocked path."""
+    if device.type == "cuda" and flex_runs_on(device, dtype):
         return "flex"
     return "blocked" if needs_grad else "fused"
 
@@ -312,7 +333,7 @@ def _check_implementation(implementation: object, *tensors: torch.Tensor) -> str
     check_choice("implementation", implementation, IMPLEMENTATIONS)
     needs_grad = _needs_grad(*tensors)
     if implementation == "auto":
-        return _choose_implementation(tensors[0].device, needs_grad)
+        return _choose_implementation(tensors[0].device, needs_grad, tensors[0].dtype)
     if implementation == "fused" and needs_grad:
         raise ValueError("implementation 'fused' is for inference and cannot backpropagate; got inputs that "
                          "require grad: use 'blocked' (or 'auto'), or call it under torch.no_grad()")
@@ -352,7 +373,8 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         block_size: queries per block b (default: w / 8, clipped to [32, 128]).
         implementation: "blocked" (the readable path, autograd), "fused" (the blocks through
             PyTorch's fused attention kernel; inference only), "flex" (FlexAttention, compiled on
-            CUDA) or "auto" (flex on CUDA, else fused when no gradient is needed, else blocked).
+            CUDA) or "auto" (flex on CUDA where FlexAttention compiles for this card and dtype,
+            :func:`flex_runs_on`; else fused when no gradient is needed, else blocked).
 
     Returns:
         (..., T, Dv) the attention outputs.
