@@ -47,7 +47,7 @@ LABEL = re.compile(r"^:label:[ \t]*(?P<label>\S+)", re.MULTILINE)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import coursework  # noqa: E402  (tools/coursework.py: the release this edition is made from)
-from coursework import PACKAGE_PATHS, REF_LINE, _git  # noqa: E402
+from coursework import PACKAGE_PATHS, _git  # noqa: E402
 
 
 def exercise_markdown(source: str) -> str:

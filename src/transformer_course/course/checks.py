@@ -1,7 +1,13 @@
 """Readable feedback for exercises: each check raises ``ExerciseError`` saying what is wrong.
 
 A bare ``AssertionError`` tells a student nothing; these checks say "wrong shape", "mask polarity
-reversed" or "wrong value at position (i, j)", and return quietly when the answer is right.
+reversed" or "wrong value at position (i, j)", and return quietly when the answer is right. They
+never print the expected value: one wrong guess must not give a "predict, then verify" answer away.
+Instead they say what is wrong with the answer that was given: its type, which dimension of its
+shape, its sign, whether it is too small or too large and by how much in coarse bands ("by 1-10%",
+"by more than 10 times"), how many entries or items are wrong, or that the right items are in the
+wrong order. A test cell ends its visible checks with :func:`checks_passed`, which prints one line
+saying they passed.
 
 Each chapter's nbgrader test cells call them (see CONTRIBUTING.md, "Exercises"):
 
@@ -13,6 +19,9 @@ Each chapter's nbgrader test cells call them (see CONTRIBUTING.md, "Exercises"):
     check_equal    an exact answer: a string, a tuple, a choice
     check_callable that the student defined a function (and did not leave the stub)
     check_raises   that a function rejects a bad input with the right exception
+    check_no_shortcut  that a function written for an exercise does not call what the exercise
+                   asks the student to write (the package's own answer)
+    checks_passed  the pass line a test cell prints when its visible checks hold
 
 and ``ModuleParts`` hands a student's function the sub-modules of a layer without the layer's own
 forward (calling it raises an ``ExerciseError`` naming the parts to use).
@@ -48,6 +57,36 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+BANDS = ((0.01, "by less than 1%"), (0.1, "by 1-10%"), (0.5, "by 10-50%"), (1.0, "by 50-100%"),
+         (9.0, "by a factor of 2 to 10"), (math.inf, "by a factor of more than 10"))
+"""How far a wrong number is from the answer (the larger over the smaller, minus 1), in bands coarse
+enough not to give the answer away."""
+
+
+def how_far(got: float, expected: float) -> str:
+    """"too small by 1-10%", "too large by a factor of more than 10", "of the wrong sign": never the answer."""
+    if expected == 0:
+        return "too large" if got > 0 else "too small"
+    if got == 0:
+        return "zero, and the answer is not"
+    if (got > 0) != (expected > 0):
+        return "of the wrong sign"
+    ratio = abs(got) / abs(expected)
+    apart = max(ratio, 1 / ratio) - 1  # symmetric: half and double are equally far
+    band = next(text for limit, text in BANDS if apart < limit)
+    return f"{'too large' if ratio > 1 else 'too small'} {band}"
+
+
+def _shape_difference(got: Sequence[int], expected: Sequence[int]) -> str:
+    """Which part of a shape is wrong, without the expected sizes."""
+    if len(got) != len(expected):
+        return f"it has {len(got)} dimensions; the answer has {'more' if len(expected) > len(got) else 'fewer'}"
+    wrong = [i for i, (a, b) in enumerate(zip(got, expected)) if a != b]
+    if sorted(got) == sorted(expected):
+        return "the right sizes in the wrong order (a transpose or permute?)"
+    return f"dimension{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))} {'have' if len(wrong) > 1 else 'has'} the wrong size"
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
@@ -65,7 +104,8 @@ def check_tensor(name: str, got: Any, expected: torch.Tensor, atol: float = 1e-6
     """
     _check_is_tensor(name, got)
     if tuple(got.shape) != tuple(expected.shape):
-        raise ExerciseError(f"{name}: wrong shape, expected {tuple(expected.shape)}, got {tuple(got.shape)}",
+        raise ExerciseError(f"{name}: wrong shape {tuple(got.shape)}: "
+                            f"{_shape_difference(tuple(got.shape), tuple(expected.shape))}",
                             f"{name}: wrong shape, got {tuple(got.shape)}")
     if expected.dtype == torch.bool:
         if got.is_floating_point() and got.numel() > 0 and bool(((got == 0) | (got == -math.inf)).all()):
@@ -79,8 +119,8 @@ def check_tensor(name: str, got: Any, expected: torch.Tensor, atol: float = 1e-6
         wrong = (got != expected).nonzero()
         if len(wrong):
             index = tuple(int(i) for i in wrong[0])
-            raise ExerciseError(f"{name}: wrong value at position {index}: expected {bool(expected[index])}, "
-                                f"got {bool(got[index])} ({len(wrong)} of {got.numel()} entries wrong)",
+            raise ExerciseError(f"{name}: wrong value at position {index}: got {bool(got[index])} "
+                                f"({len(wrong)} of {got.numel()} entries wrong)",
                                 f"{name}: wrong values ({len(wrong)} of {got.numel()} entries wrong)")
         return
     if got.is_floating_point() != expected.is_floating_point():
@@ -94,8 +134,9 @@ def check_tensor(name: str, got: Any, expected: torch.Tensor, atol: float = 1e-6
     if not bool(close.all()):
         wrong = (~close).nonzero()
         index = tuple(int(i) for i in wrong[0])
-        raise ExerciseError(f"{name}: wrong value at position {index}: expected {float(expected_cmp[index]):.6g}, "
-                            f"got {float(got_cmp[index]):.6g} ({len(wrong)} of {got.numel()} entries wrong)",
+        raise ExerciseError(f"{name}: wrong value at position {index}: got {float(got_cmp[index]):.6g}, "
+                            f"{how_far(float(got_cmp[index]), float(expected_cmp[index]))} "
+                            f"({len(wrong)} of {got.numel()} entries wrong)",
                             f"{name}: wrong values ({len(wrong)} of {got.numel()} entries wrong)")
 
 
@@ -109,11 +150,12 @@ def check_shape(name: str, got: Any, expected_shape: Sequence[int]) -> None:
     """Check only that ``got`` is a tensor of shape ``expected_shape`` (e.g. before its values).
 
     Raises:
-        ExerciseError: "expected a torch.Tensor" or "wrong shape, expected (...), got (...)".
+        ExerciseError: "expected a torch.Tensor" or "wrong shape (...): dimension 1 has the wrong size".
     """
     _check_is_tensor(name, got)
     if tuple(got.shape) != tuple(expected_shape):
-        raise ExerciseError(f"{name}: wrong shape, expected {tuple(expected_shape)}, got {tuple(got.shape)}",
+        raise ExerciseError(f"{name}: wrong shape {tuple(got.shape)}: "
+                            f"{_shape_difference(tuple(got.shape), tuple(expected_shape))}",
                             f"{name}: wrong shape, got {tuple(got.shape)}")
 
 
@@ -140,13 +182,18 @@ def _format_number(value: float) -> str:
     return f"{value:,.6g}"
 
 
+def _is_whole(value: float) -> bool:
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+
+
 def check_number(name: str, got: Any, expected: float, rel_tol: float = 1e-6, abs_tol: float = 0.0) -> None:
     """Check a numeric answer (int or float) against the expected value.
 
     A one-element tensor and a NumPy scalar count as numbers; a bool does not.
 
     Raises:
-        ExerciseError: if ``got`` is not a number, is NaN, or differs from ``expected``.
+        ExerciseError: if ``got`` is not a number, is NaN, or differs from ``expected`` (the message
+            says too small or too large, and by how much in coarse bands, never ``expected``).
     """
     if isinstance(got, torch.Tensor) and got.numel() == 1:
         got = got.item()
@@ -155,20 +202,36 @@ def check_number(name: str, got: Any, expected: float, rel_tol: float = 1e-6, ab
     if isinstance(got, bool) or not isinstance(got, (int, float)):
         raise ExerciseError(f"{name}: expected a number, got {_describe(got)}")
     if math.isnan(got):
-        raise ExerciseError(f"{name}: got NaN, expected {_format_number(expected)}", f"{name}: got NaN")
+        raise ExerciseError(f"{name}: got NaN", f"{name}: got NaN")
     if not math.isclose(got, expected, rel_tol=rel_tol, abs_tol=abs_tol):
-        raise ExerciseError(f"{name}: expected {_format_number(expected)}, got {_format_number(got)}",
+        whole = "; the answer is a whole number" if _is_whole(expected) and not _is_whole(got) else ""
+        raise ExerciseError(f"{name}: got {_format_number(got)}, {how_far(got, expected)}{whole}",
                             f"{name}: wrong value, got {_format_number(got)}")
 
 
 def check_equal(name: str, got: Any, expected: Any) -> None:
-    """Check an exact answer (a string, a tuple, a choice); say what was expected."""
-    if got != expected:
-        if type(got) is not type(expected) and not (isinstance(got, tuple) and isinstance(expected, tuple)):
-            raise ExerciseError(f"{name}: expected {expected!r} ({type(expected).__name__}), "
-                                f"got {got!r} ({type(got).__name__})",
-                                f"{name}: wrong answer, got {_short(got)} ({type(got).__name__})")
-        raise ExerciseError(f"{name}: expected {expected!r}, got {got!r}", f"{name}: wrong answer, got {_short(got)}")
+    """Check an exact answer (a string, a tuple, a choice); say what is wrong, never what was expected.
+
+    A wrong type is named ("expected a list, got tuple"); for a list or tuple it says whether the
+    number of items is wrong, whether the items are right but in the wrong order, or how many are
+    wrong; for a yes/no (bool) answer only that it is wrong.
+    """
+    if got == expected:
+        return
+    sequence = (list, tuple)
+    if type(got) is not type(expected) and not (isinstance(got, sequence) and isinstance(expected, sequence)):
+        raise ExerciseError(f"{name}: expected a {type(expected).__name__}, got {_describe(got)}",
+                            f"{name}: wrong answer, got {_short(got)} ({type(got).__name__})")
+    if isinstance(expected, sequence) and isinstance(got, sequence):
+        if len(got) != len(expected):
+            detail = f"{len(got)} items, {'too many' if len(got) > len(expected) else 'too few'}"
+        elif sorted(map(repr, got)) == sorted(map(repr, expected)):
+            detail = "the right items in the wrong order"
+        else:
+            wrong = sum(a != b for a, b in zip(got, expected))
+            detail = f"{wrong} of {len(expected)} items wrong"
+        raise ExerciseError(f"{name}: wrong answer {_short(got)}: {detail}", f"{name}: wrong answer, got {_short(got)}")
+    raise ExerciseError(f"{name}: wrong answer, got {_short(got)}", f"{name}: wrong answer, got {_short(got)}")
 
 
 def check_callable(name: str, got: Any) -> None:
@@ -226,3 +289,66 @@ class ModuleParts(torch.nn.Module):
         raise ExerciseError(f"{self.what} holds only its parts: compute the output from {names}, "
                             f"not with {self.what}(x)")
 
+
+
+def check_no_shortcut(name: str, function: Any, *off_limits: Any) -> None:
+    """Check that the student's ``function`` does not call what the exercise asks them to write.
+
+    ``off_limits`` are the package's own answers (functions or classes, e.g. ``FeedForward``); the
+    exercise text names them. The check reads the function's source and fails at once, naming the
+    call, when a name in it (``FeedForward``, ``nn.FeedForward.forward``, or a name imported inside
+    the function) is one of them: the visible check would pass with the package's answer, but
+    grading gives such an answer 0. Names are compared by what they refer to, so PyTorch's own
+    ``F.scaled_dot_product_attention`` is not the package's function of the same name. It reads only
+    the function's own body (a helper it calls is not read; grading follows every call). Where there
+    is no source to read (a function the grader handed over from the sandbox) it does nothing: the
+    grader checks calls itself.
+
+    Raises:
+        ExerciseError: if the source of ``function`` refers to one of ``off_limits``.
+    """
+    import ast
+    import builtins
+    import importlib
+    import inspect
+    import textwrap
+
+    if not callable(function) or not hasattr(function, "__code__"):
+        return
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return
+    scope = dict(vars(builtins))
+    scope.update(getattr(function, "__globals__", {}))
+    for node in ast.walk(tree):  # imports inside the function
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                try:
+                    scope[alias.asname or alias.name] = getattr(importlib.import_module(node.module), alias.name)
+                except (ImportError, AttributeError):
+                    continue
+    banned = {id(item): getattr(item, "__name__", repr(item)) for item in off_limits}
+
+    def resolve(node: ast.AST) -> Any:
+        """The object a name or a chain of attributes of modules and classes refers to (None if unknown)."""
+        if isinstance(node, ast.Name):
+            return scope.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = resolve(node.value)
+            if inspect.ismodule(base) or inspect.isclass(base):
+                return inspect.getattr_static(base, node.attr, None)
+        return None
+
+    found = sorted({banned[id(obj)] for node in ast.walk(tree)
+                    if isinstance(node, (ast.Name, ast.Attribute)) and id(obj := resolve(node)) in banned})
+    if found:
+        raise ExerciseError(f"{name} uses {', '.join(found)}, which this exercise asks you to write yourself: "
+                            "it passes this check but scores 0 when graded")
+
+
+def checks_passed(label: str) -> None:
+    """Print the line that says a test cell's visible checks passed (the hidden ones run at grading)."""
+    if not isinstance(label, str) or not label:
+        raise TypeError(f"label must be a non-empty str, got {label!r}")
+    print(f"\u2713 {label}: the visible checks pass (hidden tests run when it is graded)")
