@@ -124,10 +124,19 @@ def test_the_licences_are_stated_everywhere():
     assert "Creative Commons Attribution 4.0 International" in content
     assert "https://creativecommons.org/licenses/by/4.0/legalcode" in content
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["license"] == "MIT"
+    assert project["license"] == "MIT AND CC-BY-4.0"  # the wheel ships course prose (the capstone's corpus)
     assert project["license-files"] == ["LICENSE", "LICENSE-CONTENT.md"]
     assert set(citation()["license"]) == {"MIT", "CC-BY-4.0"}
     readme = (ROOT / "README.md").read_text()
     assert "CC BY 4.0" in readme and "MIT" in readme and "CITATION.cff" in readme
     footer = yaml.safe_load((ROOT / "_config.yml").read_text())["html"]["extra_footer"]
     assert "{edition}" in footer and "CC BY 4.0" in footer and ">MIT<" in footer
+
+
+def test_the_site_address_comes_first_everywhere_a_reader_looks():
+    site = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Homepage"]
+    assert site.startswith("https://") and site.endswith("/")
+    assert citation()["url"] == site
+    for name in ("README.md", "intro.md"):
+        head = (ROOT / name).read_text().split("\n## ", 1)[0]  # before the first section
+        assert site in head, f"{name} does not give the site's address before its first section"

@@ -403,6 +403,22 @@ def _student_folder(folder: Path, chapters: list[str], found: dict, rows: list[G
                                "and grade again (none was graded)", file=", ".join(relative(p) for p in paths)))
 
 
+def handed_in(found: dict[tuple[str, str], Path], rows: list[Graded]) -> list[str]:
+    """The chapters more than half of the students submitted: the default list of chapters being graded.
+
+    A week's hand-in, without the instructor naming it; more than half, so that no single student's
+    notebook can add a chapter to everyone else's list (and a "missing" row to their totals).
+    """
+    submitted: dict[str, set[str]] = {}
+    for student, chapter in found:
+        submitted.setdefault(chapter, set()).add(student)
+    for row in rows:  # two candidate notebooks for one chapter: still handed in
+        if row.chapter and row.status.startswith("two candidates"):
+            submitted.setdefault(row.chapter, set()).add(row.student)
+    students = {student for student, _ in found} | {r.student for r in rows if r.student != NO_STUDENT}
+    return sorted(chapter for chapter, who in submitted.items() if 2 * len(who) > len(students))
+
+
 def _chapter_max_points(course: Path, chapter: str) -> list[tuple[str, float, float, str]]:
     exercises = read_chapter(course / "source" / chapter / f"{chapter}.ipynb").exercises
     return [(e.label, 0.0, float(e.test_points or 0), "not graded") for e in exercises]
@@ -419,8 +435,9 @@ def grade(course: Path, submissions: Path, out: Path, verbose: bool = False, job
         memory_mb: memory limit of each notebook's sandbox.
         sandbox: False runs student code without bubblewrap: only for trusted submissions.
         chapters: the chapters being graded (the instructor's list: every student gets a row for
-            each, "missing" if not submitted); default: every chapter released in ``course``.
-            A notebook of another released chapter is reported, not graded.
+            each, "missing" if not submitted); default: :func:`handed_in`, the released chapters
+            more than half of the students submitted. A notebook of another released chapter is
+            reported, not graded.
         notebook_mb: larger submissions are refused unread.
 
     Returns:
@@ -434,8 +451,7 @@ def grade(course: Path, submissions: Path, out: Path, verbose: bool = False, job
     released = _released_chapters(course)
     if not released:
         raise CourseworkError(f"{course} has no released chapters; run the release command first")
-    due = sorted(released) if chapters is None else sorted(set(chapters))
-    unknown = [c for c in due if c not in released]
+    unknown = [c for c in (chapters or []) if c not in released]
     if unknown:
         raise CourseworkError(f"not released in {course}: {', '.join(unknown)}")
     for inside, outside, what in ((out, submissions, "--out"), (course, submissions, "--course")):
@@ -443,6 +459,10 @@ def grade(course: Path, submissions: Path, out: Path, verbose: bool = False, job
             raise CourseworkError(f"{what} {inside} lies inside {outside}; keep the course, the submissions "
                                   "and the grades in separate folders")
     found, rows = find_submissions(submissions, released)
+    due = sorted(set(chapters)) if chapters is not None else handed_in(found, rows)
+    if chapters is None:
+        print(f"grading the chapters more than half of the students handed in (choose with --chapters): "
+              f"{', '.join(due) or 'none'}")
     for (student, chapter) in sorted(found):
         if chapter not in due:
             rows.append(Graded(student, chapter, "not graded: this chapter is not in the list of chapters "
@@ -543,6 +563,15 @@ def _print_summary(results: list[Graded], seconds: float, jobs: int) -> None:
         if g.status != "graded":
             where = f" ({g.file})" if g.file else ""
             print(f"  {g.student} {g.chapter or '-'}{where}: {g.status}")
+    students = sorted({g.student for g in results if g.student != NO_STUDENT and STUDENT_ID.fullmatch(g.student)})
+    if students:
+        print("summary per student (points, chapters graded of those due):")
+    for student in students:
+        own = [g for g in results if g.student == student and g.chapter]
+        chapters = sorted({g.chapter for g in own if g.exercises})
+        done = sorted({g.chapter for g in own if g.status.startswith("graded")})
+        points, most = sum(g.points for g in own), sum(g.max_points for g in own)
+        print(f"  {student}: {_number(points)} / {_number(most)} points, {len(done)} of {len(chapters)} chapters graded")
 
 
 def _number(value: float) -> int | float:
@@ -606,8 +635,9 @@ def main(argv: list[str] | None = None) -> int:
                               help="seconds per exercise, its cells and its checks (default 60)")
     grade_parser.add_argument("--memory-mb", type=int, default=6144, help="memory limit per notebook (default 6144)")
     grade_parser.add_argument("--chapters", nargs="+", default=None,
-                              help="the chapters being graded (default: every released chapter); each student "
-                                   "gets a row for each, 'missing' if not submitted")
+                              help="the chapters being graded (default: the released chapters more than half of "
+                                   "the students submitted); each student gets a row for each, 'missing' if "
+                                   "not submitted")
     grade_parser.add_argument("--notebook-mb", type=int, default=20, help="largest submission read (default 20)")
     grade_parser.add_argument("--no-sandbox", action="store_true",
                               help="run student code WITHOUT bubblewrap; only for submissions you trust")
@@ -618,6 +648,9 @@ def main(argv: list[str] | None = None) -> int:
     gradescope_parser.add_argument("--timeout", type=float, default=60.0,
                                    help="seconds per exercise, its cells and its checks (default 60)")
     gradescope_parser.add_argument("--memory-mb", type=int, default=6144, help="memory limit (default 6144)")
+    gradescope_parser.add_argument("--visibility", default="visible",
+                                   choices=("visible", "after_due_date", "after_published", "hidden"),
+                                   help="when students see their results on Gradescope (default: visible, at once)")
     gradescope_parser.add_argument("chapters", nargs="*", help="chapter stems (default: every released chapter)")
     for sub in (release_parser, grade_parser, gradescope_parser):
         sub.add_argument("-v", "--verbose", action="store_true", help="show nbgrader's log")
@@ -642,7 +675,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise CourseworkError(f"{course} has no released chapters; run the release command first")
             for chapter in chapters:
                 try:
-                    path = build_autograder(course, chapter, args.out.resolve(), args.timeout, args.memory_mb)
+                    path = build_autograder(course, chapter, args.out.resolve(), args.timeout, args.memory_mb,
+                                            args.visibility)
                 except ValueError as error:
                     raise CourseworkError(str(error)) from None
                 print(f"wrote {path}: upload it as the autograder of a Gradescope programming assignment")

@@ -156,7 +156,7 @@ def test_leak_checker_catches_a_leaking_student_version(fixture_chapter):
 def test_student_version_of_every_chapter_hides_solutions_hidden_tests_and_markers(path, tmp_path):
     exercises = read_chapter(path).exercises
     assert exercises, f"no {{exercise}} cells found in {path.name}"
-    (student_path,) = tool.release([path], tmp_path / "course")
+    (student_path,) = tool.release([path], tmp_path / "course", ref="0123456789abcdef0123456789abcdef01234567")
     student = nbformat.read(student_path, as_version=4)
     instructor = nbformat.read(path, as_version=4)
     assert student_version_leaks(student, instructor) == []
@@ -238,15 +238,15 @@ def test_grades_and_course_stay_out_of_the_submissions(course, tmp_path):
 
 # --- every exercise has a visible self-check that catches a typical mistake ---------------------
 
-def _typical_wrong_answers() -> dict[str, str]:
+def _typical_wrong_answers():
     path = ROOT / "tests" / "fixtures" / "coursework" / "typical_wrong_answers.py"
     spec = importlib.util.spec_from_file_location("typical_wrong_answers", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.WRONG
+    return module
 
 
-WRONG = _typical_wrong_answers()
+WRONG, PREDICTIONS = _typical_wrong_answers().WRONG, _typical_wrong_answers().PREDICTIONS
 EXERCISES = [(path, e.label) for path in CHAPTERS for e in read_chapter(path).exercises]
 
 
@@ -262,6 +262,33 @@ def test_the_visible_self_check_fails_a_typical_wrong_answer(path, label):
     with pytest.raises(ExerciseError):
         for code, hidden in split_hidden(test):
             if not hidden:
+                exec(code, namespace)  # noqa: S102
+
+
+PREDICTED = [(path, label) for path, label in EXERCISES if label in PREDICTIONS]
+
+
+def test_every_listed_prediction_is_an_exercise():
+    assert set(PREDICTIONS) <= {label for _, label in EXERCISES}
+
+
+@pytest.mark.parametrize("path, label", PREDICTED, ids=[label for _, label in PREDICTED])
+def test_a_predictions_visible_check_does_not_give_the_answer_away(path, label, capsys):
+    """A well-formed wrong prediction passes the visible checks (one guess reveals nothing) and fails the hidden ones."""
+    from transformer_course.course.checks import ExerciseError
+    from transformer_course.course.grading import split_hidden
+
+    test = _cell(nbformat.read(path, as_version=4), f"{label}-tests").source
+    namespace: dict = {}
+    exec("import math\nimport torch\nfrom torch import nn\n" + PREDICTIONS[label], namespace)  # noqa: S102
+    parts = split_hidden(test)
+    for code, hidden in parts:
+        if not hidden:
+            exec(code, namespace)  # noqa: S102  (must not raise)
+    assert f"{label}: the visible checks pass" in capsys.readouterr().out
+    with pytest.raises(ExerciseError):
+        for code, hidden in parts:
+            if hidden:
                 exec(code, namespace)  # noqa: S102
 
 
@@ -284,3 +311,14 @@ def test_an_answer_computed_with_the_reference_is_flagged(source, flagged):
 
     found = references_in_answers(source, ("my_sinusoidal_encoding",), ("sinusoidal_encoding",))
     assert found == ({"sinusoidal_encoding"} if flagged else set())
+
+
+def test_every_output_that_holds_solutions_or_student_work_is_ignored_by_git():
+    import subprocess
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    for folder in ("course", "grades", "submissions", "gradescope"):
+        probe = f"{folder}/dl0027_multi_head_attention/x.ipynb"
+        result = subprocess.run(["git", "check-ignore", "-q", probe], cwd=ROOT)
+        assert result.returncode == 0, f"{folder}/ is not in .gitignore"

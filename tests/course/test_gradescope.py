@@ -216,8 +216,31 @@ def test_the_zip_holds_what_gradescope_needs(autograder):
             f"course/source/{FIXTURE}/{FIXTURE}.ipynb", f"course/release/{FIXTURE}/{FIXTURE}.ipynb"} <= names
     assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
     assert modes[f"course/source/{FIXTURE}/{FIXTURE}.ipynb"] == 0o600  # the hidden tests: root only
-    assert config == {"chapter": FIXTURE, "timeout": float(TIMEOUT), "memory_mb": 6144}
+    assert config == {"chapter": FIXTURE, "timeout": float(TIMEOUT), "memory_mb": 6144, "visibility": "visible"}
     assert not any("__pycache__" in n for n in names)
+
+
+def test_the_zip_installs_the_versions_this_environment_has(autograder):
+    from importlib.metadata import version
+
+    with zipfile.ZipFile(autograder) as archive:
+        requirements = archive.read("requirements.txt").decode().split()
+        setup = archive.read("setup.sh").decode()
+    assert all("==" in r for r in requirements) and f"numpy=={version('numpy')}" in requirements
+    assert f'"torch=={version("torch").split("+")[0]}"' in setup  # from PyTorch's CPU index, pinned
+
+
+def test_results_visibility_is_the_instructors_choice(course, tmp_path):
+    from transformer_course.course.gradescope import build_autograder, results_json
+    from transformer_course.course.grading import NotebookResult
+
+    zip_path = build_autograder(course, FIXTURE, tmp_path, visibility="after_due_date")
+    with zipfile.ZipFile(zip_path) as archive:
+        assert json.loads(archive.read("gradescope.json"))["visibility"] == "after_due_date"
+    data = results_json(NotebookResult([], "graded", 1.0, 1.0), 1.0, visibility="hidden")
+    assert data["visibility"] == "hidden"
+    with pytest.raises(ValueError, match="visibility must be one of visible, after_due_date"):
+        build_autograder(course, FIXTURE, tmp_path, visibility="students")
 
 
 @pytest.mark.slow

@@ -208,9 +208,24 @@ def test_the_instructors_list_decides_the_missing_rows(course, tmp_path):
     assert ("ada", OTHER) not in totals
     assert totals["ada", "TOTAL"]["max_points"] == totals["mallory", "TOTAL"]["max_points"] == "6"
     assert totals["mallory", OTHER]["status"].startswith("not graded: this chapter is not in the list")
-    tool.grade(course, submissions, tmp_path / "all", sandbox=False)  # default: every released chapter
-    totals = _totals(tmp_path / "all")
-    assert totals["ada", OTHER]["status"] == "missing" and totals["ada", "TOTAL"]["max_points"] == "12"
+    # Default: the chapters more than half of the students handed in. Mallory alone cannot add one.
+    tool.grade(course, submissions, tmp_path / "default", sandbox=False)
+    totals = _totals(tmp_path / "default")
+    assert ("ada", OTHER) not in totals and totals["ada", "TOTAL"]["max_points"] == "6"
+    assert totals["mallory", OTHER]["status"].startswith("not graded: this chapter is not in the list")
+    (submissions / "ada" / f"{OTHER}.ipynb").write_text("x")  # now both handed it in
+    tool.grade(course, submissions, tmp_path / "both", sandbox=False)
+    totals = _totals(tmp_path / "both")
+    assert totals["ada", "TOTAL"]["max_points"] == totals["mallory", "TOTAL"]["max_points"] == "12"
+
+
+def test_the_default_chapters_are_those_more_than_half_of_the_students_handed_in():
+    found = {("a", "ch1"): Path("a/ch1.ipynb"), ("b", "ch1"): Path("b/ch1.ipynb"), ("c", "ch2"): Path("c/ch2.ipynb"),
+             ("b", "ch3"): Path("b/ch3.ipynb"), ("c", "ch3"): Path("c/ch3.ipynb")}
+    assert tool.handed_in(found, []) == ["ch1", "ch3"]  # 2 of 3 each; ch2 by one student only
+    two = [tool.Graded("a", "ch2", "two candidates for ch2: x, y; keep one")]
+    assert tool.handed_in(found, two) == ["ch1", "ch2", "ch3"]
+    assert tool.handed_in({}, []) == []
 
 
 def test_a_student_id_must_match_whole(tmp_path):

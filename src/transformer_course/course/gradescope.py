@@ -3,10 +3,13 @@
 :func:`build_autograder` writes, for one released chapter, the zip Gradescope's "programming
 assignment" autograder takes (https://gradescope-autograders.readthedocs.io/en/latest/specs/):
 
-    setup.sh             installs Python, bubblewrap and the package's dependencies (run once, as root)
+    setup.sh             installs Python, bubblewrap and the package's dependencies, at the versions
+                         the instructor's environment has (run once, as root; pick Gradescope's
+                         Ubuntu 22.04 base image or newer: the package needs Python >= 3.10)
     run_autograder       grades /autograder/submission/ and writes /autograder/results/results.json
-    gradescope.json      the chapter and the limits (seconds per exercise, memory)
-    requirements.txt     the package's dependencies (from pyproject.toml)
+    gradescope.json      the chapter, the limits (seconds per exercise, memory) and when students see results
+    requirements.txt     the package's dependencies (from pyproject.toml), pinned (``==``) to the versions
+                         installed where the zip was built, so the autograder grades as local grading does
     package/transformer_course/   the course's package, hence its grader
     course/source/<chapter>/<chapter>.ipynb    the instructor version (solutions, hidden tests)
     course/release/<chapter>/                  the student version and the files next to it
@@ -53,7 +56,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y --no-install-recommends python3 python3-venv python3-pip bubblewrap util-linux
 python3 -m venv /autograder/venv
-/autograder/venv/bin/pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu torch
+/autograder/venv/bin/pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "{torch}"
 /autograder/venv/bin/pip install --no-cache-dir -r /autograder/source/requirements.txt
 chmod -R go-rwx /autograder/source/course
 """
@@ -70,19 +73,37 @@ exec "$PYTHON" -m transformer_course.course.gradescope run --root "$ROOT"
 EXTRA_REQUIREMENTS = ("ipython", "nbformat")
 """What the grader needs besides the package's own dependencies (the kernel is an IPython shell)."""
 
+VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
+"""When students see their results on Gradescope (its ``visibility`` field)."""
+
 
 # --- the zip ------------------------------------------------------------------------------------
 
-def _requirements(pyproject: Path) -> list[str]:
+def _pinned(requirement: str) -> str:
+    """``name==<installed version>`` for a requirement such as ``numpy>=1.21.2`` (a local tag like +cpu dropped)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].strip()
+    try:
+        return f"{name}=={version(name).split('+')[0]}"
+    except PackageNotFoundError:
+        raise ValueError(f"{name} is not installed here, so the autograder cannot pin it: install the course's "
+                         "environment (pip install -r requirements.txt) before building the zip") from None
+
+
+def _requirements(pyproject: Path) -> tuple[str, list[str]]:
+    """(the pinned torch, the other pinned requirements): the package's dependencies and the grader's extras."""
     import tomllib
 
     with open(pyproject, "rb") as handle:
         project = tomllib.load(handle)["project"]
-    return [d for d in project["dependencies"] if not d.startswith("torch")] + list(EXTRA_REQUIREMENTS)
+    pinned = [_pinned(d) for d in [*project["dependencies"], *EXTRA_REQUIREMENTS]]
+    torch = next(d for d in pinned if d.startswith("torch=="))
+    return torch, [d for d in pinned if d != torch]
 
 
 def build_autograder(course: Path, chapter: str, out: Path, timeout: float = 60.0,
-                     memory_mb: int = 6144) -> Path:
+                     memory_mb: int = 6144, visibility: str = "visible") -> Path:
     """Write ``out/<chapter>_gradescope.zip`` for a chapter released in ``course``; returns its path.
 
     Args:
@@ -91,6 +112,8 @@ def build_autograder(course: Path, chapter: str, out: Path, timeout: float = 60.
         out: the folder the zip goes to (created if needed).
         timeout: seconds per exercise (its cells, a replay, its checks), as in local grading.
         memory_mb: memory of the student's sandbox.
+        visibility: when students see their results: "visible" (at once), "after_due_date",
+            "after_published" or "hidden" (Gradescope's settings).
     """
     from transformer_course.course.sandbox import package_root
 
@@ -100,6 +123,8 @@ def build_autograder(course: Path, chapter: str, out: Path, timeout: float = 60.
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     if not (isinstance(memory_mb, int) and memory_mb > 0):
         raise ValueError(f"memory_mb must be a positive integer, got {memory_mb!r}")
+    if visibility not in VISIBILITIES:
+        raise ValueError(f"visibility must be one of {', '.join(VISIBILITIES)}, got {visibility!r}")
     source = Path(course) / "source" / chapter / f"{chapter}.ipynb"
     released = Path(course) / "release" / chapter
     if not source.is_file() or not (released / f"{chapter}.ipynb").is_file():
@@ -116,12 +141,13 @@ def build_autograder(course: Path, chapter: str, out: Path, timeout: float = 60.
         info.compress_type = zipfile.ZIP_DEFLATED
         archive.writestr(info, data)
 
-    config = {"chapter": chapter, "timeout": float(timeout), "memory_mb": memory_mb}
+    config = {"chapter": chapter, "timeout": float(timeout), "memory_mb": memory_mb, "visibility": visibility}
+    torch, requirements = _requirements(pyproject)
     with zipfile.ZipFile(target, "w") as archive:
-        add(archive, "setup.sh", SETUP_SH.encode(), 0o755)
+        add(archive, "setup.sh", SETUP_SH.replace("{torch}", torch).encode(), 0o755)
         add(archive, "run_autograder", RUN_AUTOGRADER.encode(), 0o755)
         add(archive, "gradescope.json", json.dumps(config, indent=1).encode())
-        add(archive, "requirements.txt", "\n".join(_requirements(pyproject)).encode() + b"\n")
+        add(archive, "requirements.txt", "\n".join(requirements).encode() + b"\n")
         for path in sorted(package.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                 add(archive, f"package/{path.relative_to(package.parent).as_posix()}", path.read_bytes())
@@ -134,24 +160,24 @@ def build_autograder(course: Path, chapter: str, out: Path, timeout: float = 60.
 
 # --- results.json -------------------------------------------------------------------------------
 
-def results_json(result: Any, seconds: float, note: str = "") -> dict[str, Any]:
+def results_json(result: Any, seconds: float, note: str = "", visibility: str = "visible") -> dict[str, Any]:
     """Gradescope's results.json for a :class:`~transformer_course.course.grading.NotebookResult`:
     one test per exercise (name, number, score, max_score, status, student-facing output,
-    visibility), the total score and a one-line output."""
+    visibility), the total score and a one-line output; ``visibility`` is one of :data:`VISIBILITIES`."""
     from transformer_course.course.feedback import safe_text
 
     tests = [{"name": safe_text(f"{e.label}: {e.title}", 200), "number": e.label,
               "score": float(e.points), "max_score": float(e.max_points),
               "status": "passed" if e.result == "passed" else "failed",
               "output": safe_text(e.result + (f": {e.message}" if e.message else ""), 2000),
-              "output_format": "text", "visibility": "visible"} for e in result.exercises]
+              "output_format": "text", "visibility": visibility} for e in result.exercises]
     total = sum(t["score"] for t in tests)
     maximum = sum(t["max_score"] for t in tests)
     output = f"{total:g} / {maximum:g} points; {result.status}"
     if note:
         output += f". {note}"
     return {"score": total, "execution_time": max(0, round(seconds)), "output": safe_text(output, 2000),
-            "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
+            "output_format": "text", "visibility": visibility, "stdout_visibility": "hidden", "tests": tests}
 
 
 def _write_results(results: Path, data: dict[str, Any]) -> None:
@@ -251,7 +277,9 @@ def run(root: Path = DEFAULT_ROOT, sandbox: str = "auto") -> dict[str, Any]:
     except Exception as error:  # noqa: BLE001 (whatever happens, Gradescope gets a results.json)
         result = not_graded(plans, f"grader error: {type(error).__name__}")
         print(f"grader error: {type(error).__name__}: {error}", file=sys.stderr)
-    data = results_json(result, time.monotonic() - started, note)
+    visibility = config.get("visibility", "visible")
+    data = results_json(result, time.monotonic() - started, note,
+                        visibility if visibility in VISIBILITIES else "visible")
     _write_results(results, data)
     for test in data["tests"]:  # the instructor's log (results/stdout)
         print(f"{test['number']}: {test['score']:g}/{test['max_score']:g} {test['output'][:200]}")
