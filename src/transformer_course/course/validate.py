@@ -15,7 +15,7 @@ is never written. Then it prints one line per exercise and a verdict:
 
     dl0031_feed_forward_network.ipynb: 3 exercises
       dl0031-ex1  passes its visible checks
-      dl0031-ex2  not answered yet (its cell still raises NotImplementedError)
+      dl0031-ex2  not answered yet (a function it defines still raises NotImplementedError)
       dl0031-ex3  fails its visible checks: changed_after_ffn: wrong answer, got False
     Ready to submit: no (1 not answered, 1 failing). The hidden tests run when it is graded.
 
@@ -27,7 +27,8 @@ How it reads a notebook (the conventions of CONTRIBUTING.md, "Exercises"):
 * An exercise is a pair of code cells marked with nbgrader metadata: ``dlNNNN-exK-solution`` (the
   student's answer) and ``dlNNNN-exK-tests`` (the locked visible checks); exercises are listed in
   the order they first appear.
-* An answer cell that still raises ``NotImplementedError`` (the stub) is "not answered yet". A test
+* An answer cell that still raises ``NotImplementedError`` (the stub), or whose function does when
+  the test cell calls it, is "not answered yet". A test
   cell that raises fails its visible checks, with the first line of the message (the course's
   checks raise :class:`~transformer_course.course.checks.ExerciseError`, which says what is wrong and
   never the expected value). A test cell that prints the line of
@@ -36,9 +37,9 @@ How it reads a notebook (the conventions of CONTRIBUTING.md, "Exercises"):
 * When a cell before an exercise's test cell raised (other than the stubs and test cells of other
   exercises), an exercise whose checks did not pass is reported as "an earlier cell failed", naming
   that cell: the error there is the one to fix first.
-* Each code cell the student may have written (not the install cell, which holds the line
-  ``COURSE_REF = "..."``, nor a locked test cell, nor with ``--released`` any cell identical to the
-  version handed out) is read by the grader's own
+* Each code cell the student may have written (from the first answer cell on, or with
+  ``--released`` every cell that differs from the version handed out; never the install cell, which
+  holds the line ``COURSE_REF = "..."``, nor a locked test cell) is read by the grader's own
   :func:`~transformer_course.course.tampering.tampering`; what it finds is a warning, because grading
   flags every exercise from that cell on.
 
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -139,8 +141,8 @@ class Report:
         name = self.notebook.name
         warnings = [f"Warning: {warning}" for warning in self.warnings]
         if not self.exercises:
-            return [f"{name}: no exercises (no code cell has nbgrader metadata dlNNNN-exK-solution or "
-                    "dlNNNN-exK-tests)", *warnings, "Ready to submit: no (nothing to check)."]
+            return [(f"{name}: no exercises (no code cell has nbgrader metadata dlNNNN-exK-solution or "
+                     "dlNNNN-exK-tests)"), *warnings, "Ready to submit: no (nothing to check)."]
         total = len(self.exercises)
         width = max(len(e.label) for e in self.exercises)
         lines = [f"{name}: {total} exercise{'s' if total != 1 else ''}",
@@ -188,10 +190,15 @@ def is_install_cell(source: str) -> bool:
 def flagged_lines(notebook: Any, released: set[str] | None = None) -> list[FlaggedLine]:
     """What the grader's :func:`~.tampering.tampering` finds in the cells a student may have written.
 
-    Skipped: the first code cell when it is the install cell, locked test cells, and (given
-    ``released``, the :func:`~.plans.course_cell_key` of the version handed out) unchanged course cells.
+    Skipped: the first code cell when it is the install cell and locked test cells. Given
+    ``released`` (the :func:`~.plans.course_cell_key` of the version handed out), every other cell
+    that differs from it is read; without it, only the cells from the first answer cell on (the
+    answer cells and any cell a student added among the exercises), since the chapter's own teaching
+    cells above may use what a student's answer may not (the grader knows them from the release).
     """
     code = [(i, c) for i, c in enumerate(notebook.cells) if c.cell_type == "code"]
+    answers = [i for i, c in code if str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")).endswith("-solution")]
+    first_answer = answers[0] if answers else len(notebook.cells)
     warnings = []
     for position, (index, cell) in enumerate(code):
         grading = cell.get("metadata", {}).get("nbgrader", {})
@@ -199,7 +206,9 @@ def flagged_lines(notebook: Any, released: set[str] | None = None) -> list[Flagg
             continue
         if grading.get("grade") or str(grading.get("grade_id", "")).endswith("-tests"):
             continue
-        if released and course_cell_key(cell.source) in released:
+        if released is not None and course_cell_key(cell.source) in released:
+            continue
+        if released is None and index < first_answer:
             continue
         for line, what in tampering(cell.source):
             warnings.append(FlaggedLine(index, line, what))
@@ -219,7 +228,7 @@ def run_notebook(notebook: Any, folder: Path, timeout: int = CELL_TIMEOUT) -> st
 
     client = NotebookClient(notebook, timeout=timeout, kernel_name=KERNEL_NAME, allow_errors=True,
                             interrupt_on_timeout=True, resources={"metadata": {"path": str(folder)}})
-    with client.setup_kernel():
+    with client.setup_kernel(stderr=subprocess.DEVNULL):  # the kernel's own log lines, not the student's output
         for index, cell in enumerate(notebook.cells):
             try:
                 client.execute_cell(cell, index)
@@ -280,6 +289,10 @@ def exercise_statuses(notebook: Any, stopped: str | None = None) -> list[Exercis
                                            f"not answered yet (its cell still raises {STUB_ERROR})"))
             continue
         checks_error = cell_error(notebook.cells[tests]) if tests is not None else None
+        if checks_error and checks_error[0] == STUB_ERROR:  # the stub is the body of a function the checks call
+            statuses.append(ExerciseStatus(label, "not answered",
+                                           f"not answered yet (a function it defines still raises {STUB_ERROR})"))
+            continue
         ran = bool(notebook.cells[last].get("outputs") or notebook.cells[last].get("execution_count"))
         if tests is not None and not checks_error and (ran or stopped is None):
             passed = printed_pass_line(notebook.cells[tests], label)
@@ -326,7 +339,7 @@ def validate_notebook(path: Path, released: Path | None = None, timeout: int = C
     read_submission(data)  # the grader's own reading: the same reasons for refusing a file
     try:
         notebook = nbformat.reads(data.decode("utf-8"), as_version=4)
-    except Exception as error:  # nbformat raises several kinds for a malformed file
+    except (ValueError, KeyError, TypeError, AttributeError, nbformat.ValidationError) as error:  # a malformed file
         raise InvalidNotebook(f"invalid notebook: {_first_line(error) or type(error).__name__}") from None
     warnings = flagged_lines(notebook, released_sources(released) if released else None)
     if not exercise_cells(notebook):
