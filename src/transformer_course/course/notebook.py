@@ -163,3 +163,34 @@ def show_source(obj: Any) -> Any:
     from IPython.display import Code
 
     return Code(inspect.getsource(obj), language="python")
+
+
+def course_timing_summary(path: str | os.PathLike) -> str:
+    """One paragraph of the chapters' measured run times, read from ``benchmarks/course_timing.py``'s CSV.
+
+    The one source of the course's run-time figures: the pages that quote them print this instead of
+    typing numbers that the next measurement would make stale.
+
+    Raises:
+        ValueError: if ``path`` is not a readable CSV with the columns ``chapter``, ``seconds`` and ``budget_s``.
+    """
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"path must be the CSV benchmarks/course_timing.py writes, got {str(path)!r} ({error})") from None
+    missing = {"chapter", "seconds", "budget_s"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"path: {str(path)!r} has no column {', '.join(sorted(missing))}")
+    chapters = frame[frame.chapter.str.match(r"dl\d{4}_")]
+    capstone = chapters[chapters.chapter.str.startswith("dl0037")]
+    ten = chapters[~chapters.chapter.str.startswith("dl0037")]
+    rounds = int(frame["rounds"].max()) if "rounds" in frame else 1
+    how = f"median of {rounds} rounds" if rounds > 1 else "one round"
+    slowest = ten.loc[ten.seconds.idxmax()]
+    text = (f"The ten chapters took {ten.seconds.min():.0f} to {ten.seconds.max():.0f} s each ({how}; the slowest, "
+            f"{slowest.chapter}, {slowest.seconds:.1f} s against a budget of {slowest.budget_s:.0f} s), "
+            f"{ten.seconds.sum():.0f} s together")
+    if len(capstone):
+        row = capstone.iloc[0]
+        text += f"; the capstone {row.seconds:.1f} s (budget {row.budget_s:.0f} s)"
+    return text + "."
