@@ -259,6 +259,9 @@ def test_check_no_shortcut_names_the_package_answer_a_function_calls():
     from transformer_course.nn.attention import scaled_dot_product_attention
 
     check_no_shortcut("attend", _torch_sdpa, scaled_dot_product_attention)  # PyTorch's own: not the package's
+    with pytest.raises(ExerciseError, match=r"^attend uses scaled_dot_product_attention, which this exercise asks "
+                                            r"you to write yourself from tensor operations$"):
+        check_no_shortcut("attend", _torch_sdpa, torch.nn.functional.scaled_dot_product_attention)
     check_no_shortcut("my_ffn", object(), FeedForward)  # no source to read (the grader's stand-in): nothing to say
     check_no_shortcut("my_ffn", len, FeedForward)
 

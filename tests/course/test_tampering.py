@@ -115,3 +115,16 @@ def test_only_a_bare_pin_is_normalised_so_no_code_hides_in_it(pin):
     released = course_cell_key(INSTALL.format(ref="main"))
     changed = INSTALL.replace('COURSE_REF = "{ref}"  # the commit whose package made the outputs below', pin)
     assert course_cell_key(changed) != released
+
+
+@pytest.mark.parametrize("text, reason", [
+    ('{"cells": [], "x": ' + "9" * 5000 + "}", "invalid notebook: not readable JSON (Exceeds the limit"),
+    ('{"cells": ' + "[" * 100_000 + "]" * 100_000 + "}", "invalid notebook: not readable JSON"),
+    ("{not json", "invalid notebook: not valid JSON"),
+])
+def test_a_notebook_json_cannot_read_is_an_invalid_notebook_not_a_grader_error(text, reason):
+    from transformer_course.course.plans import InvalidNotebook, read_submission
+
+    with pytest.raises(InvalidNotebook) as caught:
+        read_submission(text.encode())
+    assert str(caught.value).startswith(reason), str(caught.value)

@@ -329,6 +329,7 @@ def check_no_shortcut(name: str, function: Any, *off_limits: Any) -> None:
                 except (ImportError, AttributeError):
                     continue
     banned = {id(item): getattr(item, "__name__", repr(item)) for item in off_limits}
+    graded = {id(item) for item in off_limits if str(getattr(item, "__module__", "")).startswith("transformer_course")}
 
     def resolve(node: ast.AST) -> Any:
         """The object a name or a chain of attributes of modules and classes refers to (None if unknown)."""
@@ -340,11 +341,13 @@ def check_no_shortcut(name: str, function: Any, *off_limits: Any) -> None:
                 return inspect.getattr_static(base, node.attr, None)
         return None
 
-    found = sorted({banned[id(obj)] for node in ast.walk(tree)
-                    if isinstance(node, (ast.Name, ast.Attribute)) and id(obj := resolve(node)) in banned})
-    if found:
-        raise ExerciseError(f"{name} uses {', '.join(found)}, which this exercise asks you to write yourself: "
-                            "it passes this check but scores 0 when graded")
+    objects = {id(obj) for node in ast.walk(tree) if isinstance(node, (ast.Name, ast.Attribute))
+               and id(obj := resolve(node)) in banned}
+    if objects:
+        found = ", ".join(sorted({banned[i] for i in objects}))
+        consequence = (": it passes this check but scores 0 when graded" if objects & graded
+                       else " from tensor operations")
+        raise ExerciseError(f"{name} uses {found}, which this exercise asks you to write yourself{consequence}")
 
 
 def checks_passed(label: str) -> None:

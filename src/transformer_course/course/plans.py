@@ -155,6 +155,8 @@ def read_submission(data: bytes | Path) -> list[dict[str, Any]]:
     except json.JSONDecodeError as error:
         raise InvalidNotebook(f"invalid notebook: not valid JSON ({error.msg} at line {error.lineno}, "
                               f"column {error.colno})") from None
+    except (ValueError, RecursionError) as error:  # an integer of thousands of digits, nesting too deep
+        raise InvalidNotebook(f"invalid notebook: not readable JSON ({str(error).split(':')[0][:100]})") from None
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
         raise InvalidNotebook("invalid notebook: no list of cells")
     code = []
