@@ -141,7 +141,8 @@ def test_growth_ratios_lie_between_the_asymptotes_and_cross_over():
 
 def test_cached_step_traffic_by_hand():
     config = TransformerConfig(7, 5, d_model=2, num_heads=1, num_encoder_layers=1, num_decoder_layers=1, d_ff=3)
-    weights = (2 * (4 * 2 * 2 + 4 * 2) + (2 * 2 * 3 + 3 + 2) + 3 * 2 * 2) + 5 * 2 + 5  # decoder layer + output layer
+    # decoder layer (self-attention, cross-attention without its K and V projections, FFN, 3 LayerNorms) + output layer
+    weights = ((4 * 2 * 2 + 4 * 2) + (2 * 2 * 2 + 2 * 2) + (2 * 2 * 3 + 3 + 2) + 3 * 2 * 2) + 5 * 2 + 5
     assert kc.decoder_weight_count(config) == weights
     traffic = kc.cached_step_traffic(config, src_len=1, step=3, batch_size=2, bytes_per_number=2)
     assert traffic["weight bytes"] == 2 * weights

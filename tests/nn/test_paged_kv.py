@@ -82,3 +82,27 @@ def test_bad_sizes():
         PagedKVCache(4, 0, 1, 2)
     with pytest.raises(ValueError, match="length"):
         paged_slots(-1, 4)
+
+
+def test_a_failed_append_leaves_the_cache_as_it_was():
+    import copy
+
+    cache = PagedKVCache(num_blocks=3, block_size=4, num_heads=2, head_dim=8, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    first = torch.randn(2, 10, 8, generator=gen, dtype=torch.float64)  # 10 positions: 3 blocks of 4
+    cache.append(0, first, 2 * first)
+    before = (copy.deepcopy(cache.block_tables), dict(cache.lengths), list(cache.free_blocks),
+              cache.key_blocks.clone(), cache.value_blocks.clone())
+    more = torch.randn(2, 3, 8, generator=gen, dtype=torch.float64)
+    for sequence in (0, 1):  # 0: its last block has 2 free slots, 3 positions need one more block; 1: new
+        with pytest.raises(RuntimeError, match="nothing was stored"):
+            cache.append(sequence, more, more)
+        assert (cache.block_tables, cache.lengths, cache.free_blocks) == before[:3]
+        assert torch.equal(cache.key_blocks, before[3]) and torch.equal(cache.value_blocks, before[4])
+    keys, values = cache.gather(0)
+    assert torch.equal(keys, first) and torch.equal(values, 2 * first)
+    cache.append(0, more[:, :2], more[:, :2])  # two positions fit in the last block's free slots
+    assert cache.lengths[0] == 12 and not cache.free_blocks
+    cache.release(0)
+    cache.append(1, more, more)  # after a release the blocks serve another sequence
+    assert torch.equal(cache.gather(1)[0], more)

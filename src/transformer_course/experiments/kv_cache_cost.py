@@ -316,15 +316,19 @@ def growth_table(config: TransformerConfig, src_len: int, lengths: Sequence[int]
 
 
 def decoder_weight_count(config: TransformerConfig) -> int:
-    """Parameters a decoding step reads: every decoder layer and the output projection (V x D + V).
+    """Parameters a cached decoding step (t >= 2) reads: the decoder layers and the output projection (V x D + V).
 
-    The embedding lookup reads only B rows, and the encoder does not run, so neither is counted.
+    Of each layer's cross-attention it reads the query and output projections only: the keys and
+    values of the encoder output were projected once, at step 1, and are read from the cache. The
+    embedding lookup reads only B rows, and the encoder does not run, so neither is counted.
     """
     from transformer_course.measure.cost import decoder_layer_parameters
 
     check_instance("config", config, TransformerConfig)
     d, v = config.d_model, config.tgt_vocab_size
-    return config.num_decoder_layers * decoder_layer_parameters(d, config.d_ff, config.activation) + v * d + v
+    cross_keys_values = 2 * (d * d + d)  # W^K, W^V of the cross-attention and their biases: not read
+    per_layer = decoder_layer_parameters(d, config.d_ff, config.activation) - cross_keys_values
+    return config.num_decoder_layers * per_layer + v * d + v
 
 
 def cached_step_traffic(config: TransformerConfig, src_len: int, step: int, batch_size: int = 1,

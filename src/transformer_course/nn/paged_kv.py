@@ -57,21 +57,28 @@ class PagedKVCache:
     def append(self, sequence: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Store the keys and values (H, T, Dh) of ``sequence``'s next T positions, allocating blocks on demand.
 
+        All or nothing: the blocks the T positions need are counted first, so a pool too small for
+        them raises before anything is stored, and the cache stays as it was (no orphan block, no
+        half-written sequence).
+
         Raises:
             ValueError: for shapes that do not fit the pool.
-            RuntimeError: when the pool has no free block left.
+            RuntimeError: when the pool has too few free blocks for the T positions.
         """
         check_tensor("keys", keys, ndim=3)
         if keys.shape != values.shape or keys.shape[0] != self.key_blocks.shape[1] or keys.shape[2] != self.key_blocks.shape[3]:
             raise ValueError(f"keys and values must both be (H, T, Dh) = ({self.key_blocks.shape[1]}, T, "
                              f"{self.key_blocks.shape[3]}), got {tuple(keys.shape)} and {tuple(values.shape)}")
-        table = self.block_tables.setdefault(sequence, [])
         length = self.lengths.get(sequence, 0)
+        held = len(self.block_tables.get(sequence, []))
+        needed = -(-(length + keys.shape[1]) // self.block_size) - held  # ceil((L + T) / P) blocks in all
+        if needed > len(self.free_blocks):
+            raise RuntimeError(f"the pool has {len(self.free_blocks)} free blocks of its {self.num_blocks}; "
+                               f"{needed} more are needed for {keys.shape[1]} positions: nothing was stored")
+        table = self.block_tables.setdefault(sequence, [])
         for t in range(keys.shape[1]):
             slot = length % self.block_size
             if slot == 0:  # the last block is full (or there is none): take a new one from the pool
-                if not self.free_blocks:
-                    raise RuntimeError(f"the pool's {self.num_blocks} blocks are all in use")
                 table.append(self.free_blocks.pop(0))
             self.key_blocks[table[-1], :, slot] = keys[:, t]
             self.value_blocks[table[-1], :, slot] = values[:, t]
