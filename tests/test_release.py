@@ -140,3 +140,8 @@ def test_the_site_address_comes_first_everywhere_a_reader_looks():
     for name in ("README.md", "intro.md"):
         head = (ROOT / name).read_text().split("\n## ", 1)[0]  # before the first section
         assert site in head, f"{name} does not give the site's address before its first section"
+
+
+def test_no_author_name_would_be_split_by_bibtex():
+    # BibTeX reads "A, B" as "Last, First": a team named with a comma would come out as two names.
+    assert all("," not in author.get("name", "") for author in citation()["authors"])

@@ -246,7 +246,7 @@ def _run_report_step(tmp_path: Path, open_issue: str) -> list[str]:
 def test_weekly_failure_opens_one_issue_then_comments_on_it(tmp_path):
     weekly = _load(ROOT / ".github" / "workflows" / "weekly.yml")
     report = weekly["jobs"]["report"]
-    assert (report["needs"], report["if"]) == ("newest", "failure()")
+    assert (report["needs"], report["if"]) == (["newest", "oldest"], "failure()")  # either job failing opens it
     assert report["permissions"] == {"issues": "write"}
     title = "Weekly check against the newest dependencies fails"
 
@@ -259,3 +259,15 @@ def test_weekly_failure_opens_one_issue_then_comments_on_it(tmp_path):
     listing, comment = _run_report_step(tmp_path, open_issue="42")
     assert comment[:3] == ["issue", "comment", "42"]
     assert "https://example.invalid/runs/1" in comment[comment.index("--body") + 1]
+
+
+def test_the_weekly_check_runs_a_chapter_on_the_oldest_allowed_pytorch():
+    import tomllib
+
+    weekly = _load(ROOT / ".github" / "workflows" / "weekly.yml")
+    install = _step(weekly, "oldest", "Install the oldest allowed PyTorch")["run"]
+    run = _step(weekly, "oldest", "A chapter runs top to bottom on it, and its asserts hold")["run"]
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.startswith("torch>=") for d in dependencies)
+    assert "torch>=" in install and '"torch==$bound.*"' in install and "download.pytorch.org/whl/cpu" in install
+    assert "--nbval-lax" in run and "chapters/dl0028_sliding_window_attention.ipynb" in run
