@@ -68,7 +68,7 @@ def how_far(got: float, expected: float) -> str:
     if expected == 0:
         return "too large" if got > 0 else "too small"
     if got == 0:
-        return "zero, and the answer is not"
+        return "but the answer is not zero"
     if (got > 0) != (expected > 0):
         return "of the wrong sign"
     ratio = abs(got) / abs(expected)
