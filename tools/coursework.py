@@ -71,6 +71,7 @@ sys.path.insert(0, str(ROOT / "src"))  # the tool also works before `pip install
 from transformer_course.course.coursework import (  # noqa: E402
     format_problems, read_chapter, strip_solution_markers, student_version_leaks)
 from transformer_course.course.feedback import csv_cell, feedback_html, safe_text  # noqa: E402
+from transformer_course.course.plans import PINNED_REF  # noqa: E402
 from transformer_course.course.sandbox import walk_files  # noqa: E402
 
 
@@ -81,7 +82,9 @@ class CourseworkError(Exception):
 # --- the install cell: pinned to the package that grades it ------------------------------------
 
 PACKAGE_PATHS = ("src", "pyproject.toml")
-REF_LINE = re.compile(r'^COURSE_REF = "(?P<ref>[^"]*)".*$', re.MULTILINE)
+# The install cell's pin line, as the grader reads it (plans.PINNED_REF): a release writes only pins the
+# grader will recognise when a student's notebook pins another commit.
+REF_LINE = PINNED_REF
 TORCH_BOUND = re.compile(r"^torch\s*>=\s*(?P<version>[0-9][0-9.]*)\s*$")
 # Put into the install cell right after the COURSE_REF line: one line of output when the runtime's
 # PyTorch is older than the course's bound (Colab keeps its own PyTorch).

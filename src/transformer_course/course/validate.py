@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .plans import InvalidNotebook, course_cell_key, read_submission, released_sources
+from .plans import PINNED_REF, InvalidNotebook, course_cell_key, read_submission, released_sources
 from .tampering import tampering
 
 CELL_TIMEOUT = 600
@@ -71,8 +71,6 @@ STATUSES = ("passed", "failed", "not answered", "earlier cell failed")
 EXERCISE_ID = re.compile(r"^(?P<label>dl\d{4}-ex\d+)-(?P<role>solution|tests)$")
 """An nbgrader ``grade_id`` of the course: ``dl0031-ex2-solution`` or ``dl0031-ex2-tests``."""
 
-INSTALL_CELL = re.compile(r'^COURSE_REF = "', re.MULTILINE)
-"""The course's install cell (the notebook's first code cell) pins the package with this line."""
 
 STUB_ERROR = "NotImplementedError"
 CHECK_ERRORS = frozenset({"ExerciseError", "AssertionError"})
@@ -184,7 +182,7 @@ def exercise_cells(notebook: Any) -> dict[str, dict[str, int]]:
 
 def is_install_cell(source: str) -> bool:
     """Whether a code cell is the course's install cell (it pins the package with ``COURSE_REF``)."""
-    return INSTALL_CELL.search(source) is not None
+    return PINNED_REF.search(source) is not None  # the grader's own reading of the pin line
 
 
 def flagged_lines(notebook: Any, released: set[str] | None = None) -> list[FlaggedLine]:
