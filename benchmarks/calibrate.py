@@ -1,19 +1,29 @@
-"""Calibrate a chapter's asserted conclusions over many base seeds.
+"""Calibrate a chapter's asserted conclusions over 30 independent ensembles, under two CPU kernel sets.
 
-    python benchmarks/calibrate.py dl0030_positional_encoding            # base seeds 0..29
-    python benchmarks/calibrate.py dl0030_positional_encoding --seeds 40 --jobs 2
-    python benchmarks/calibrate.py --list
+    python benchmarks/calibrate.py run dl0030_positional_encoding --jobs 2      # base seeds 0..29, both kernel sets
+    python benchmarks/calibrate.py part dl0030_positional_encoding --kernel-set default --base-seeds 0-14 --out a.json
+    python benchmarks/calibrate.py merge parts/*.json --out benchmarks/results/calibration/dl0030_positional_encoding.json
+    python benchmarks/calibrate.py list
 
-A chapter asserts its conclusions with ``experiments.claims.check_claims`` on the ensemble its base
-seed (``COURSE_SEED``) draws. ``benchmarks/calibration/<chapter>.py`` defines
-``claims(base_seed) -> list[Claim]``, which runs the same package functions with the same settings
-as the chapter and returns the same claims. This script runs it for base seeds 0..N-1 and writes
-``benchmarks/results/calibration/<chapter>.json``: for every claim its bound, the value on every
-base seed, the pass rate and the smallest margin. ``tests/test_calibration.py`` fails when a
-chapter asserts a claim that has no record here, fewer than 30 base seeds, or a seed that failed.
-A trial with fewer than 30 base seeds writes to ``benchmarks/results/calibration/trials/`` instead,
-so it never replaces a record.
-The chapters never run this (it costs minutes); it is re-run when a claim or its experiment changes.
+A chapter asserts its conclusions with ``experiments.claims.check_claims`` on the ensembles its base
+seed (``COURSE_SEED``) draws (``experiments.seeds.ensemble_seeds``: no two base seeds share a member
+seed). ``benchmarks/calibration/<chapter>.py`` defines ``claims(base_seed) -> list[Claim]``, which
+runs the same package functions with the same settings as the chapter and returns the same claims.
+
+``part`` runs it for some base seeds under one CPU kernel set (``default``: PyTorch's portable
+kernels, ``ATEN_CPU_CAPABILITY=default``; ``native``: this CPU's own) and writes a partial record,
+adding each base seed as it finishes (a run that stops resumes where it was). ``merge`` combines
+partial records, from one machine or many (the workflow ``.github/workflows/calibrate.yml`` runs one
+part per chapter and kernel set and merges their artifacts), in a deterministic order, into
+``benchmarks/results/calibration/<chapter>.json`` (a link to the package's ``_data/calibration/``, so that a
+chapter opened in Colab reads its record too): the member seeds of every ensemble, the kernel
+sets, and for every claim its bound, its value on every ensemble under every kernel set, the pass
+rate, the smallest margin and a 95% upper confidence bound on the per-draw failure rate
+(Clopper-Pearson, ``scipy.stats.binomtest``). ``run`` is ``part`` under both kernel sets, then ``merge``.
+``tests/test_calibration.py`` fails on an asserted claim without a record, on fewer than 30
+pairwise-disjoint ensembles or two kernel sets, or on a draw that failed. A trial below 30 base
+seeds writes to ``benchmarks/results/calibration_runs/trials/`` (ignored by git), never over a record.
+The chapters never run this (it costs minutes to hours; ``performance.md`` gives the cost per chapter).
 """
 
 from __future__ import annotations
@@ -21,18 +31,22 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import platform
+import statistics
+import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-
-import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATION_DIR = ROOT / "benchmarks" / "calibration"
-RESULTS_DIR = ROOT / "benchmarks" / "results" / "calibration"
+RESULTS_DIR = ROOT / "src" / "transformer_course" / "_data" / "calibration"  # the records ship with the package
+WORK_DIR = ROOT / "benchmarks" / "results" / "calibration_runs"  # partial records and trials (ignored by git)
 MIN_BASE_SEEDS = 30
+KERNEL_SETS = ("default", "native")  # ATEN_CPU_CAPABILITY=default, and this CPU's own (the variable unset)
+CONFIDENCE = 0.95
 
 
 def chapters_with_calibration(directory: Path = CALIBRATION_DIR) -> list[str]:
@@ -46,8 +60,6 @@ def load_claims_function(chapter: str, directory: Path = CALIBRATION_DIR):
     if not path.is_file():
         known = ", ".join(chapters_with_calibration(directory)) or "none"
         raise ValueError(f"chapter must name a module of {directory}, got {chapter!r} (known: {known})")
-    if str(directory) not in sys.path:  # the modules share benchmarks/calibration/_cache.py
-        sys.path.insert(0, str(directory))
     spec = importlib.util.spec_from_file_location(f"calibration_{chapter}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -56,82 +68,269 @@ def load_claims_function(chapter: str, directory: Path = CALIBRATION_DIR):
     return module.claims
 
 
-def _run_one(chapter: str, directory: str, base_seed: int) -> tuple[int, list[dict], float]:
+def current_kernel_set() -> str:
+    """The CPU kernel set PyTorch dispatches to in this process ("DEFAULT", "AVX2", "AVX512", ...)."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def _run_one(chapter: str, directory: str, base_seed: int) -> dict:
+    """One base seed: its claims and the ensembles they were computed on (every ``ensemble_seeds`` call)."""
+    from transformer_course.experiments.seeds import recorded_ensembles
+
     start = time.perf_counter()
-    claims = load_claims_function(chapter, Path(directory))(base_seed)
-    rows = [{"statement": c.statement, "name": c.name, "op": c.op, "bound": c.bound, "value": c.value,
-             "holds": c.holds, "margin": c.margin} for c in claims]
-    return base_seed, rows, time.perf_counter() - start
+    with recorded_ensembles() as calls:
+        claims = load_claims_function(chapter, Path(directory))(base_seed)
+    if not calls:
+        raise RuntimeError(f"{chapter}: claims({base_seed}) drew no ensemble with experiments.seeds.ensemble_seeds")
+    if {b for _, b, _ in calls} != {base_seed}:
+        raise RuntimeError(f"{chapter}: claims({base_seed}) drew ensembles of other base seeds: {calls}")
+    return {"base_seed": base_seed, "seconds": round(time.perf_counter() - start, 1),
+            "ensembles": [[experiment, seeds] for experiment, _, seeds in calls],
+            "claims": [{"statement": c.statement, "name": c.name, "op": c.op, "bound": c.bound, "value": c.value,
+                        "holds": c.holds, "margin": c.margin} for c in claims]}
 
 
-def calibrate(chapter: str, base_seeds: list[int], jobs: int = 1, directory: Path = CALIBRATION_DIR) -> dict:
-    """Run a chapter's claims for every base seed; return the record that ``main`` writes as JSON."""
+def run_part(chapter: str, base_seeds: list[int], out: Path, jobs: int = 1, directory: Path = CALIBRATION_DIR) -> dict:
+    """The claims of ``base_seeds`` under this process's kernel set, written to ``out`` as each finishes.
+
+    Base seeds already in ``out`` (same chapter and kernel set) are kept, not run again.
+    """
     load_claims_function(chapter, directory)  # fail early on a bad name
-    if jobs > 1:
-        with ProcessPoolExecutor(jobs) as pool:
-            runs = list(pool.map(_run_one, [chapter] * len(base_seeds), [str(directory)] * len(base_seeds),
-                                 base_seeds))
+    import torch
+
+    part = {"chapter": chapter, "kernel_set": current_kernel_set(), "machine": platform.machine(),
+            "torch": torch.__version__, "runs": []}
+    if out.is_file():
+        previous = json.loads(out.read_text(encoding="utf-8"))
+        if (previous.get("chapter"), previous.get("kernel_set")) != (chapter, part["kernel_set"]):
+            raise ValueError(f"out: {out} holds another chapter or kernel set "
+                             f"({previous.get('chapter')}, {previous.get('kernel_set')}); choose another file")
+        part["runs"] = [run for run in previous["runs"] if run["base_seed"] in base_seeds]
+    done = {run["base_seed"] for run in part["runs"]}
+    todo = [seed for seed in base_seeds if seed not in done]
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(run: dict) -> None:
+        if part["runs"] and [c["statement"] for c in part["runs"][0]["claims"]] != [c["statement"] for c in run["claims"]]:
+            raise ValueError(f"out: {out} holds runs of other claims than this code returns (was a bound changed?); "
+                             "delete it and run again")
+        part["runs"] = sorted(part["runs"] + [run], key=lambda r: r["base_seed"])
+        out.write_text(json.dumps(part, indent=1) + "\n", encoding="utf-8")
+        failing = [c["statement"] for c in run["claims"] if not c["holds"]]
+        print(f"base seed {run['base_seed']}: {run['seconds']} s, {len(run['claims'])} claims"
+              + (f", FAILING: {failing}" if failing else ""), flush=True)
+
+    if jobs > 1 and len(todo) > 1:
+        with ProcessPoolExecutor(min(jobs, len(todo))) as pool:
+            futures = [pool.submit(_run_one, chapter, str(directory), seed) for seed in todo]
+            for future in as_completed(futures):
+                save(future.result())
     else:
-        runs = [_run_one(chapter, str(directory), seed) for seed in base_seeds]
-    runs.sort()
-    statements = [row["statement"] for row in runs[0][1]]
+        for seed in todo:
+            save(_run_one(chapter, str(directory), seed))
+    return part
+
+
+def failure_rate_upper_bound(failures: int, draws: int, confidence: float = CONFIDENCE) -> float:
+    """Upper end of the two-sided Clopper-Pearson interval for a per-draw failure rate (``scipy.stats.binomtest``)."""
+    from scipy.stats import binomtest
+
+    return float(binomtest(failures, draws).proportion_ci(confidence_level=confidence, method="exact").high)
+
+
+def merge_parts(parts: list[dict]) -> dict:
+    """One calibration record from partial records of one chapter (any split over base seeds and kernel sets).
+
+    The result does not depend on the order of ``parts``: kernel sets and base seeds are sorted.
+
+    Raises:
+        ValueError: for parts of several chapters, a base seed run twice under one kernel set, kernel
+            sets with different base seeds, or runs whose claims or ensembles disagree.
+    """
+    if not parts:
+        raise ValueError("parts must hold at least one partial record, got none")
+    chapters = {part["chapter"] for part in parts}
+    if len(chapters) != 1:
+        raise ValueError(f"parts must be of one chapter, got {sorted(chapters)}")
+    runs: dict[str, dict[int, dict]] = {}
+    for part in parts:
+        by_seed = runs.setdefault(part["kernel_set"], {})
+        for run in part["runs"]:
+            if run["base_seed"] in by_seed:
+                raise ValueError(f"parts: base seed {run['base_seed']} appears twice under kernel set {part['kernel_set']}")
+            by_seed[run["base_seed"]] = run
+    kernel_sets = sorted(runs)
+    base_seeds = sorted(runs[kernel_sets[0]])
+    for kernel_set in kernel_sets:
+        if sorted(runs[kernel_set]) != base_seeds:
+            raise ValueError(f"parts: kernel set {kernel_set} has other base seeds than {kernel_sets[0]}")
+    reference = runs[kernel_sets[0]][base_seeds[0]]
+    statements = [c["statement"] for c in reference["claims"]]
+    for kernel_set in kernel_sets:
+        for seed in base_seeds:
+            run = runs[kernel_set][seed]
+            if [c["statement"] for c in run["claims"]] != statements:
+                raise ValueError(f"parts: base seed {seed} under {kernel_set} returned other claims than base seed "
+                                 f"{base_seeds[0]} under {kernel_sets[0]}")
+            if run["ensembles"] != runs[kernel_sets[0]][seed]["ensembles"]:
+                raise ValueError(f"parts: base seed {seed} drew other ensembles under {kernel_set}")
+    ensembles = []  # per base seed: the member seeds of every ensemble it drew, each once (paired arms share them)
+    for seed in base_seeds:
+        members = []
+        for _, seeds in runs[kernel_sets[0]][seed]["ensembles"]:
+            members += [s for s in seeds if s not in members]
+        ensembles.append(members)
     claims = []
     for index, statement in enumerate(statements):
-        rows = []
-        for seed, seed_rows, _ in runs:
-            if [r["statement"] for r in seed_rows] != statements:
-                raise RuntimeError(f"base seed {seed} returned other claims than base seed {runs[0][0]}")
-            rows.append(seed_rows[index])
-        values = [r["value"] for r in rows]
-        margins = [r["margin"] for r in rows]
+        rows = {k: [runs[k][seed]["claims"][index] for seed in base_seeds] for k in kernel_sets}
+        every = [row for k in kernel_sets for row in rows[k]]
+        failures = sum(not all(rows[k][i]["holds"] for k in kernel_sets) for i in range(len(base_seeds)))
+        values = [row["value"] for row in every]
         claims.append({
-            "statement": statement, "name": rows[0]["name"], "op": rows[0]["op"], "bound": rows[0]["bound"],
-            "values": values, "pass_rate": sum(r["holds"] for r in rows) / len(rows),
-            "min_margin": min(margins), "median_value": sorted(values)[len(values) // 2],
+            "statement": statement, "name": reference["claims"][index]["name"], "op": reference["claims"][index]["op"],
+            "bound": reference["claims"][index]["bound"],
+            "values": {k: [row["value"] for row in rows[k]] for k in kernel_sets},
+            "ensembles": len(base_seeds), "failures": failures, "pass_rate": 1 - failures / len(base_seeds),
+            "min_margin": min(row["margin"] for row in every), "median_value": statistics.median(values),
             "min_value": min(values), "max_value": max(values),
+            "failure_rate_upper_95": round(failure_rate_upper_bound(failures, len(base_seeds)), 4),
         })
+    first = next(part for part in parts if part["kernel_set"] == kernel_sets[0])
     return {
-        "chapter": chapter,
-        "base_seeds": [seed for seed, _, _ in runs],
-        "seconds_per_base_seed": round(sum(s for _, _, s in runs) / len(runs), 1),
-        "machine": f"{platform.machine()}, torch {torch.__version__}",
+        "chapter": first["chapter"],
+        "base_seeds": base_seeds,
+        "ensembles": ensembles,
+        "experiments": {experiment: len(seeds) for experiment, seeds in sorted(reference["ensembles"])},  # name -> members
+        "kernel_sets": kernel_sets,
+        "seconds_per_base_seed": {k: round(statistics.mean(r["seconds"] for r in runs[k].values()), 1) for k in kernel_sets},
+        "machine": f"{first['machine']}, torch {first['torch']}",
         "claims": claims,
     }
 
 
 def default_output(chapter: str, num_seeds: int) -> Path:
-    """Where a run writes without ``--out``: the chapter's record, or for a trial below ``MIN_BASE_SEEDS`` a trial file.
+    """Where ``run`` writes without ``--out``: the chapter's record, or for a trial below ``MIN_BASE_SEEDS`` a trial file.
 
-    A quick trial (``--seeds 2``) must not replace the committed record of 30 base seeds that
-    ``tests/test_calibration.py`` checks; it goes to ``benchmarks/results/calibration/trials/`` (ignored by git).
+    A quick trial (``--seeds 2``) must not replace the committed record that ``tests/test_calibration.py``
+    checks; it goes to ``benchmarks/results/calibration_runs/trials/`` (ignored by git).
     """
     if num_seeds < MIN_BASE_SEEDS:
-        return RESULTS_DIR / "trials" / f"{chapter}.json"
+        return WORK_DIR / "trials" / f"{chapter}.json"
     return RESULTS_DIR / f"{chapter}.json"
+
+
+def kernel_set_environment(kernel_set: str) -> dict[str, str]:
+    """This process's environment with ``ATEN_CPU_CAPABILITY`` set for ``kernel_set`` (removed for "native")."""
+    if kernel_set not in KERNEL_SETS:
+        raise ValueError(f"kernel_set must be one of {KERNEL_SETS}, got {kernel_set!r}")
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    if kernel_set == "default":
+        env["ATEN_CPU_CAPABILITY"] = "default"
+    return env
+
+
+def parse_base_seeds(text: str) -> list[int]:
+    """``"0-29"`` -> 0..29; ``"3,5,9"`` -> those; a mix of both is allowed."""
+    seeds = []
+    for piece in text.split(","):
+        first, dash, last = piece.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise argparse.ArgumentTypeError(f"base seeds must look like 0-29 or 3,5,9, got {text!r}")
+        seeds += range(int(first), int(last or first) + 1)
+    if len(set(seeds)) != len(seeds) or not seeds:
+        raise argparse.ArgumentTypeError(f"base seeds must be distinct and at least one, got {text!r}")
+    return seeds
+
+
+def cost_report(directory: Path = RESULTS_DIR) -> str:
+    """A Markdown table of every record: ensembles, kernel sets, claims, and the calibration's cost (CPU time)."""
+    lines = ["| chapter | ensembles | kernel sets | claims | s per ensemble, by kernel set | CPU minutes |",
+             "|---|---:|---|---:|---|---:|"]
+    for path in sorted(directory.glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if "kernel_sets" not in record:  # a record from before independent ensembles
+            lines.append(f"| {record['chapter']} | {len(record['base_seeds'])} overlapping | one | "
+                         f"{len(record['claims'])} | not re-run yet | |")
+            continue
+        seconds = record["seconds_per_base_seed"]
+        minutes = sum(seconds.values()) * len(record["base_seeds"]) / 60
+        lines.append(f"| {record['chapter']} | {len(record['ensembles'])} independent | {', '.join(record['kernel_sets'])} | "
+                     f"{len(record['claims'])} | {', '.join(f'{k} {v:.0f}' for k, v in sorted(seconds.items()))} | "
+                     f"{minutes:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _summary(record: dict) -> None:
+    for claim in record["claims"]:
+        print(f"{claim['pass_rate']:6.1%}  min margin {claim['min_margin']:+.4g}  failure rate <= "
+              f"{claim['failure_rate_upper_95']:.3f}  {claim['statement']}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("chapter", nargs="?", help="chapter stem, e.g. dl0030_positional_encoding")
-    parser.add_argument("--seeds", type=int, default=MIN_BASE_SEEDS, help="base seeds 0..N-1 (default 30)")
-    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
-    parser.add_argument("--out", type=Path, help="output JSON (default benchmarks/results/calibration/<chapter>.json; "
-                        "below 30 base seeds, benchmarks/results/calibration/trials/<chapter>.json)")
-    parser.add_argument("--list", action="store_true", help="list the chapters that have a calibration module")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="the chapters that have a calibration module")
+    report = commands.add_parser("report", help="write the cost table of every record (performance.md includes it)")
+    report.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "calibration_cost.md")
+    run = commands.add_parser("run", help="every kernel set, then merge into the chapter's record")
+    part = commands.add_parser("part", help="some base seeds under one kernel set, as a partial record")
+    for sub in (run, part):
+        sub.add_argument("chapter", help="chapter stem, e.g. dl0030_positional_encoding")
+        sub.add_argument("--jobs", type=int, default=1, help="worker processes (base seeds side by side)")
+    run.add_argument("--seeds", type=int, default=MIN_BASE_SEEDS, help="base seeds 0..N-1 (default 30)")
+    run.add_argument("--parts", type=Path, default=WORK_DIR / "parts",
+                     help="folder of the partial records (kept, so a stopped run resumes)")
+    run.add_argument("--out", type=Path, help="the record (default benchmarks/results/calibration/<chapter>.json; "
+                     "below 30 base seeds, benchmarks/results/calibration_runs/trials/<chapter>.json)")
+    part.add_argument("--kernel-set", choices=KERNEL_SETS, required=True)
+    part.add_argument("--base-seeds", type=parse_base_seeds, default=list(range(MIN_BASE_SEEDS)),
+                      help="e.g. 0-29 (default) or 0-14 for one machine's share")
+    part.add_argument("--out", type=Path, required=True, help="the partial record (resumed if it exists)")
+    part.add_argument("--modules", type=Path, default=CALIBRATION_DIR, help="folder of the calibration modules")
+    merge = commands.add_parser("merge", help="partial records of one chapter -> its record")
+    merge.add_argument("parts", nargs="+", type=Path)
+    merge.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    if args.list or not args.chapter:
+
+    if args.command == "list":
         print("\n".join(chapters_with_calibration()))
         return 0
-    if args.seeds < 1 or args.jobs < 1:
-        parser.error("--seeds and --jobs must be at least 1")
-    record = calibrate(args.chapter, list(range(args.seeds)), jobs=args.jobs)
-    out = args.out or default_output(args.chapter, args.seeds)
+    if args.command == "report":
+        args.out.write_text(cost_report(), encoding="utf-8")
+        print(f"wrote {args.out}")
+        return 0
+    if args.command in ("run", "part") and args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    if args.command == "part":
+        wanted = "DEFAULT" if args.kernel_set == "default" else None
+        if (os.environ.get("ATEN_CPU_CAPABILITY") is not None) != (wanted is not None) or (
+                wanted and current_kernel_set() != wanted):
+            # the kernel set is fixed when torch loads: run this part in a process that starts with it
+            return subprocess.call([sys.executable, __file__, *sys.argv[1:]] if argv is None else
+                                   [sys.executable, __file__, *argv], env=kernel_set_environment(args.kernel_set))
+        record = run_part(args.chapter, args.base_seeds, args.out, args.jobs, directory=args.modules)
+        return 0 if all(c["holds"] for r in record["runs"] for c in r["claims"]) else 1
+    if args.command == "run":
+        if args.seeds < 1:
+            parser.error("--seeds must be at least 1")
+        paths = []
+        for kernel_set in KERNEL_SETS:
+            path = args.parts / f"{args.chapter}.{kernel_set}.json"
+            subprocess.run([sys.executable, __file__, "part", args.chapter, "--kernel-set", kernel_set,
+                            "--base-seeds", f"0-{args.seeds - 1}", "--out", str(path), "--jobs", str(args.jobs)],
+                           env=kernel_set_environment(kernel_set), check=False)
+            paths.append(path)
+        out = args.out or default_output(args.chapter, args.seeds)
+    else:
+        paths, out = args.parts, args.out
+    record = merge_parts([json.loads(p.read_text(encoding="utf-8")) for p in paths])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    for claim in record["claims"]:
-        print(f"{claim['pass_rate']:6.1%}  min margin {claim['min_margin']:+.4g}  {claim['statement']}")
+    _summary(record)
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
-    return 0 if all(c["pass_rate"] == 1.0 for c in record["claims"]) else 1
+    return 0 if all(c["failures"] == 0 for c in record["claims"]) else 1
 
 
 if __name__ == "__main__":

@@ -271,3 +271,22 @@ def test_the_weekly_check_runs_a_chapter_on_the_oldest_allowed_pytorch():
     assert any(d.startswith("torch>=") for d in dependencies)
     assert "torch>=" in install and '"torch==$bound.*"' in install and "download.pytorch.org/whl/cpu" in install
     assert "--nbval-lax" in run and "chapters/dl0028_sliding_window_attention.ipynb" in run
+
+
+# --- calibrate.yml ----------------------------------------------------------------------------------
+
+def test_calibrate_splits_chapters_and_kernel_sets_and_merges_with_the_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("benchmarks_calibrate_for_workflow", ROOT / "benchmarks" / "calibrate.py")
+    calibrate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calibrate)
+    workflow = _load(ROOT / ".github" / "workflows" / "calibrate.yml")
+    matrix = workflow["jobs"]["part"]["strategy"]["matrix"]
+    assert matrix["kernel-set"] == list(calibrate.KERNEL_SETS)
+    assert "needs.plan.outputs.chapters" in matrix["chapter"]
+    part = _step(workflow, "part", "Calibrate one chapter")["run"]
+    assert "calibrate.py part" in part and "--base-seeds 0-29" in part and str(calibrate.MIN_BASE_SEEDS - 1) in part
+    merge = _step(workflow, "merge", "Merge each chapter")["run"]
+    assert "calibrate.py merge" in merge
+    assert _step(workflow, "merge", "actions/download-artifact@")["with"]["merge-multiple"] is True

@@ -1,4 +1,4 @@
-"""Calibration of DL0032's claims: the gradient-reach ensemble, with the chapter's settings (see the module)."""
+"""Calibration of DL0032's claims: ``gradient_reach_ensemble(b)``, as the chapter runs it for its base seed."""
 
 from transformer_course.experiments.gradient_reach import gradient_reach_claims, gradient_reach_ensemble
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
+from transformer_course.experiments.seeds import ensemble_seeds
+from transformer_course.experiments.seeds import ensemble_seeds
 import torch
 
 from transformer_course.experiments import decoding as dc
@@ -71,6 +74,6 @@ def test_an_ensemble_in_two_workers_is_the_plain_loop_bit_for_bit():
 
     loop = decoding_ensemble(3, num_seeds=2)
     parallel = decoding_ensemble(3, num_seeds=2, workers=2)
-    assert [run.seed for run in parallel] == [3, 4]
+    assert [run.seed for run in parallel] == ensemble_seeds(3, dc.EXPERIMENT, 2)
     for a, b in zip(loop, parallel):
         assert a.losses == b.losses and a.token_accuracy == b.token_accuracy and a.confidence == b.confidence

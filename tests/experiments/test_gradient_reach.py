@@ -2,8 +2,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from transformer_course.experiments.seeds import ensemble_seeds
+from transformer_course.experiments.seeds import ensemble_seeds
+
 from transformer_course.experiments import gradient_reach
-from transformer_course.experiments.gradient_reach import (LENGTHS, MODELS, decay_fits, gradient_reach_claims,
+from transformer_course.experiments.gradient_reach import (EXPERIMENT, LENGTHS, MODELS, decay_fits, gradient_reach_claims,
                                                            gradient_reach_ensemble, gradient_reach_summary)
 
 
@@ -21,7 +24,7 @@ def test_decay_fits_recover_a_geometric_and_a_power_law():
 def test_ensemble_shape_and_summary():
     ensemble = gradient_reach_ensemble(3, num_seeds=2)
     assert list(ensemble.index.get_level_values("model").unique()) == list(MODELS)
-    assert sorted(ensemble.index.get_level_values("seed").unique()) == [3, 4]
+    assert sorted(ensemble.index.get_level_values("seed").unique()) == sorted(ensemble_seeds(3, EXPERIMENT, 2))
     assert all(n in ensemble.columns for n in LENGTHS)
     assert (ensemble.loc["RNN, orthogonal W_hh", "spectral radius"] - 1).abs().max() < 1e-6
     assert ensemble.loc["Transformer", "spectral radius"].isna().all()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
+from transformer_course.experiments.seeds import ensemble_seeds
+from transformer_course.experiments.seeds import ensemble_seeds
 import torch
 
 from transformer_course.experiments import head_count as hc
@@ -133,7 +136,8 @@ def test_run_ensemble_calls_the_run_for_every_head_count_and_seed():
         return _fake_run(seed, h, 100.0, 1.0, 1.0)
 
     runs = hc.run_ensemble(5, heads=(1, 4), size=3, run=run)
-    assert list(runs) == calls == [(1, 5), (1, 6), (1, 7), (4, 5), (4, 6), (4, 7)]
+    a, b, c = ensemble_seeds(5, hc.EXPERIMENT, 3)  # the ensemble of base seed 5: independent draws, shared by every h
+    assert list(runs) == calls == [(1, a), (1, b), (1, c), (4, a), (4, b), (4, c)]
     with pytest.raises(ValueError, match="base_seed"):
         hc.run_ensemble(-1, run=run)
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
+from transformer_course.experiments.seeds import ensemble_seeds
+from transformer_course.experiments.seeds import ensemble_seeds
 import torch
 
 from transformer_course.experiments import reversal as rv
@@ -80,6 +83,6 @@ def test_one_short_run_is_measured_end_to_end():
     settings = rv.ReversalSettings(d_model=16, num_heads=2, num_layers=1, d_ff=32, length=4, steps=3,
                                    batch_size=8, warmup_steps=1, num_heldout=20)
     (run,) = rv.reversal_ensemble(5, 1, settings, keep_models=True)
-    assert run.seed == 5 and len(run.losses) == 3 and run.model is not None
+    assert run.seed == ensemble_seeds(5, rv.EXPERIMENT, 1)[0] and len(run.losses) == 3 and run.model is not None
     assert run.alignment.shape == (1, 2) and run.patch_changed.shape == (5, 4)
     assert run.post_ln_departure < 1e-3 < 0.05 < run.pre_ln_departure

@@ -10,10 +10,12 @@ that shows each bound holds with margin on every base seed, not only on the one 
 
 from __future__ import annotations
 
+import json
 import math
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib import resources
 
 import pandas as pd
 
@@ -100,3 +102,52 @@ def spread(values: Iterable[float]) -> dict[str, float]:
     if series.empty or series.isna().any():
         raise ValueError("values must be a non-empty collection of numbers without NaN")
     return {"median": float(series.median()), "min": float(series.min()), "max": float(series.max())}
+
+
+CALIBRATION_DATA = ("_data", "calibration")  # the records of benchmarks/calibrate.py, inside the package
+
+
+def calibration_record(chapter: str) -> dict:
+    """The calibration record of ``chapter`` (``benchmarks/calibrate.py``), read from the installed package.
+
+    Raises:
+        ValueError: if ``chapter`` names no calibrated chapter (e.g. ``"dl0030_positional_encoding"``).
+    """
+    folder = resources.files("transformer_course").joinpath(*CALIBRATION_DATA)
+    known = sorted(entry.name[:-5] for entry in folder.iterdir() if entry.name.endswith(".json"))
+    if chapter not in known:
+        raise ValueError(f"chapter must name a calibrated chapter, got {chapter!r} (known: {', '.join(known)})")
+    return json.loads(folder.joinpath(f"{chapter}.json").read_text(encoding="utf-8"))
+
+
+def calibration_summary(record: Mapping) -> str:
+    """What a record checked, in one sentence: how many independent ensembles, of how many seeds, under which kernels."""
+    ensembles = record["ensembles"]
+    seeds = {seed for ensemble in ensembles for seed in ensemble}
+    disjoint = len(seeds) == sum(len(ensemble) for ensemble in ensembles)
+    sizes = sorted({len(ensemble) for ensemble in ensembles})
+    size = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]}"
+    failed = sum(claim["failures"] > 0 for claim in record["claims"])
+    return (f"Calibration: {len(record['claims'])} claims, each computed on {len(ensembles)} "
+            f"{'independent ' if disjoint else 'overlapping '}ensembles (base seeds {min(record['base_seeds'])} to "
+            f"{max(record['base_seeds'])}, {size} member seeds each, {len(seeds)} seeds in all, none shared), under "
+            f"{len(record['kernel_sets'])} CPU kernel sets ({', '.join(record['kernel_sets'])}); "
+            + (f"every claim held on every ensemble under every kernel set, so a fresh draw fails any one claim "
+               f"with probability at most {max(c['failure_rate_upper_95'] for c in record['claims']):.0%} "
+               f"(95% confidence, Clopper-Pearson)." if not failed else f"{failed} claim(s) failed on some ensemble."))
+
+
+@exhibit
+def calibration_table(record: Mapping) -> pd.DataFrame:
+    """Per claim of a calibration record: median value, smallest margin, failures and the failure-rate bound.
+
+    "failed" counts the ensembles on which the claim failed under some kernel set; "P(fail) <=" is the upper end of the Clopper-Pearson interval for the chance that a fresh
+    ensemble (another base seed) fails the claim, from its failures among the record's ensembles; with
+    none in 30 it is 0.116. The values agree between kernel sets to a few digits, so the table shows three.
+    """
+    rows = {claim["statement"]: {"median": float(f"{claim['median_value']:.3g}"),
+                                 "min margin": float(f"{claim['min_margin']:.2g}"),
+                                 "failed": f"{claim['failures']}/{claim['ensembles']}",
+                                 "P(fail) <=": round(claim["failure_rate_upper_95"], 3)}
+            for claim in record["claims"]}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("claim (statistic, op, bound)")

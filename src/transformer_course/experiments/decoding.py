@@ -29,9 +29,11 @@ from transformer_course.nn.decoding import beam_search
 from transformer_course.nn.model import Transformer
 from .claims import Claim
 from .parallel import map_runs
+from .seeds import ensemble_seeds
 from .data import BOS_ID, EOS_ID
 from .reversal import ENSEMBLE_SIZE, ReversalSettings, heldout_reversal_batch, train_reversal_model
 
+EXPERIMENT = "decoding"  # the ensemble's name for seeds.ensemble_seeds (DL0035 and DL0036 read the same runs)
 DECODING = ReversalSettings(d_model=32, num_heads=2, num_layers=1, d_ff=64, length=8, steps=80, batch_size=32,
                             lr=3e-3, warmup_steps=10, num_heldout=250)
 LABEL_SMOOTHING = 0.1  # the paper's epsilon_ls (Vaswani et al., 2017, §5.4)
@@ -94,12 +96,12 @@ def decoding_run(seed: int, label_smoothing: float = 0.0, settings: ReversalSett
 
 def decoding_ensemble(base_seed: int, label_smoothing: float = 0.0, num_seeds: int = ENSEMBLE_SIZE,
                       settings: ReversalSettings = DECODING, workers: int = 1) -> list[DecodingRun]:
-    """:func:`decoding_run` for seeds ``base_seed .. base_seed + num_seeds - 1``, in ``workers``
+    """:func:`decoding_run` for the seeds ``ensemble_seeds(base_seed, EXPERIMENT, num_seeds)``, in ``workers``
     processes (:func:`~transformer_course.experiments.parallel.map_runs`: the same runs bit for bit)."""
     base_seed = check_int("base_seed", base_seed, minimum=0)
     num_seeds = check_int("num_seeds", num_seeds, minimum=1)
     workers = check_int("workers", workers, minimum=1)
-    return map_runs(decoding_run, [(base_seed + k, label_smoothing, settings) for k in range(num_seeds)],
+    return map_runs(decoding_run, [(seed, label_smoothing, settings) for seed in ensemble_seeds(base_seed, EXPERIMENT, num_seeds)],
                     workers=workers)
 
 
@@ -145,7 +147,7 @@ def beam_claims(runs: list[DecodingRun]) -> list[Claim]:
     _check_runs(runs)
     return [
         Claim(f"seeds whose exact match is higher with beam search (width {BEAM_WIDTH}) than greedy",
-              sum(r.beam > r.greedy for r in runs), ">=", 4),
+              sum(r.beam > r.greedy for r in runs), ">", len(runs) / 2),  # "in most seeds": a majority
         Claim(f"mean over seeds of the exact-match gain of beam search (width {BEAM_WIDTH}) over greedy",
               sum(r.beam - r.greedy for r in runs) / len(runs), ">=", 0.005),
         Claim(f"lowest exact-match gain of beam search (width {BEAM_WIDTH}) over greedy",
@@ -167,5 +169,5 @@ def exposure_claims(runs: list[DecodingRun]) -> list[Claim]:
         Claim("median over seeds of the mean accuracy gap over the other digit positions",
               _median(float(exposure_gap(r)[1:-1].mean()) for r in runs), ">=", 0.05),
         Claim("smallest mean accuracy gap over the other digit positions, over seeds",
-              min(float(exposure_gap(r)[1:-1].mean()) for r in runs), ">=", 0.03),
+              min(float(exposure_gap(r)[1:-1].mean()) for r in runs), ">", 0.0),  # "in every seed": a gap, however small
     ]

@@ -36,6 +36,7 @@ from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_instance, check_int, check_tensor
 from .claims import Claim
 from .parallel import map_runs
+from .seeds import ensemble_seeds
 from .head_specialization import (LookupModel, ablation_table, head_relation_scores, lookup_accuracy,
                                   make_lookup_batch, specialization_summary, train_lookup_model)
 
@@ -241,6 +242,7 @@ def steps_to_threshold(curve: pd.DataFrame, threshold: float = 0.95) -> float:
 STUDY_HEADS = (1, 2, 4, 8)
 D_MODEL = 32
 ENSEMBLE_SIZE = 8
+EXPERIMENT = "multi-head lookup"  # the ensemble's name for seeds.ensemble_seeds (the KV-head study shares it: paired)
 MAX_STEPS = 400  # the budget; a run stops earlier once every lookup reaches THRESHOLD
 EVAL_EVERY = 25
 THRESHOLD = 0.95
@@ -291,7 +293,7 @@ def lookup_run(seed: int, num_heads: int, max_steps: int = MAX_STEPS, threshold:
 
 def run_ensemble(base_seed: int, heads: Sequence[int] = STUDY_HEADS, size: int = ENSEMBLE_SIZE,
                  run: Callable[[int, int], LookupRun] = lookup_run, workers: int = 1) -> dict[tuple[int, int], LookupRun]:
-    """``run(seed, h)`` for every h in ``heads`` and seed in base_seed .. base_seed + size - 1.
+    """``run(seed, h)`` for every h in ``heads`` and seed in ``ensemble_seeds(base_seed, EXPERIMENT, size)``.
 
     ``workers`` processes train runs side by side (``parallel.map_runs``; ``run`` must then be a
     module-level function); each run is a function of (seed, h) alone, so the result does not
@@ -303,7 +305,7 @@ def run_ensemble(base_seed: int, heads: Sequence[int] = STUDY_HEADS, size: int =
     base_seed = check_int("base_seed", base_seed, minimum=0)
     size = check_int("size", size, minimum=1)
     counts = _check_head_counts(heads, D_MODEL)
-    keys = [(h, seed) for h in counts for seed in range(base_seed, base_seed + size)]
+    keys = [(h, seed) for h in counts for seed in ensemble_seeds(base_seed, EXPERIMENT, size)]
     return dict(zip(keys, map_runs(run, [(seed, h) for h, seed in keys], workers)))
 
 
@@ -388,11 +390,11 @@ def study_claims(runs: Mapping[tuple[int, int], LookupRun], max_steps: int = MAX
         Claim("h = 1: worst content lookup minus worst positional lookup at the end, median over runs",
               float(content_lead.median()), ">=", 0.05),
         Claim(f"h = 2, 4, 8: fewest runs reaching {THRESHOLD:.0%} within {max_steps} steps (of {ENSEMBLE_SIZE})",
-              float(steps.loc[[2, 4, 8], "reached"].min()), ">", 6),
+              float(steps.loc[[2, 4, 8], "reached"].min()), ">", 5),
         Claim("median steps to threshold, h = 2 minus h = 4",
               float(steps.loc[2, "median steps"] - steps.loc[4, "median steps"]), ">", 0),
-        Claim("median steps to threshold, h = 8 minus h = 4",
-              float(steps.loc[8, "median steps"] - steps.loc[4, "median steps"]), "<", 75),
+        Claim("|median steps to threshold, h = 8 minus h = 4|",  # two-sided: "within two checks", either way
+              abs(float(steps.loc[8, "median steps"] - steps.loc[4, "median steps"])), "<", 2 * EVAL_EVERY),
         Claim("h = 4: runs in which both positional lookups have a head of their own (of 8)",
               float(owned_lookups(runs, 4)[["previous", "first"]].all(axis=1).sum()), ">", 5),
         Claim("h = 4: runs whose heads do not split the four lookups one-to-one (of 8)",

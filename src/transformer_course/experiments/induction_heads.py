@@ -42,6 +42,7 @@ from transformer_course.nn.positional import rotary_embedding
 from .claims import Claim, spread
 from .corpus import CharVocabulary, load_course_prose, split_corpus, text_windows
 from .parallel import map_runs
+from .seeds import ensemble_seeds
 from .training import fit, seeded
 
 Head = tuple[int, int]  # (layer, head)
@@ -72,6 +73,7 @@ class CapstoneSettings:
 
 
 CAPSTONE = CapstoneSettings()
+EXPERIMENT = "induction heads"  # the ensemble's name for seeds.ensemble_seeds
 PROBE_SEED_OFFSET = 1_000_000
 
 
@@ -431,8 +433,8 @@ def run_induction(seed: int, settings: CapstoneSettings = CAPSTONE) -> Induction
 
 def run_ensemble(base_seed: int, settings: CapstoneSettings = CAPSTONE,
                  run: Callable[[int, CapstoneSettings], InductionRun] = run_induction) -> list[InductionRun]:
-    """Seeds base_seed .. base_seed + ensemble - 1, trained by ``settings.workers`` processes."""
-    seeds = range(check_int("base_seed", base_seed, minimum=0), base_seed + settings.ensemble)
+    """The seeds ``ensemble_seeds(base_seed, EXPERIMENT, settings.ensemble)``, trained by ``settings.workers`` processes."""
+    seeds = ensemble_seeds(base_seed, EXPERIMENT, settings.ensemble)
     return map_runs(run, [(seed, settings) for seed in seeds], workers=settings.workers)
 
 

@@ -31,10 +31,11 @@ import torch
 from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_instance, check_int
 from .claims import Claim
-from .head_count import (D_MODEL, ENSEMBLE_SIZE, EVAL_EVERY, EVAL_SEED_OFFSET, EVAL_SIZE, MAX_STEPS, TEST_SEED_OFFSET,
+from .head_count import (D_MODEL, ENSEMBLE_SIZE, EXPERIMENT, EVAL_EVERY, EVAL_SEED_OFFSET, EVAL_SIZE, MAX_STEPS, TEST_SEED_OFFSET,
                          TEST_SIZE, THRESHOLD, LookupRun, held_out_batch, steps_to_threshold, train_with_curve)
 from .head_specialization import lookup_accuracy
 from .parallel import map_runs
+from .seeds import ensemble_seeds
 
 NUM_HEADS = 4  # the chapter's model: MultiHeadAttention(32, 4)
 KV_HEADS = (4, 2, 1)  # MHA, GQA, MQA
@@ -93,7 +94,8 @@ def from_lookup_run(run: LookupRun) -> KVRun:
 
 def run_kv_ensemble(base_seed: int, kv_heads: Sequence[int] = KV_HEADS, size: int = ENSEMBLE_SIZE,
                     run: Callable[[int, int], KVRun] = kv_run, workers: int = 1) -> dict[tuple[int, int], KVRun]:
-    """``run(seed, G)`` for every G in ``kv_heads`` and seed in base_seed .. base_seed + size - 1.
+    """``run(seed, G)`` for every G in ``kv_heads`` and seed of the head-count study's ensemble
+    (``ensemble_seeds(base_seed, head_count.EXPERIMENT, size)``: G = h shares its runs, so the arms are paired).
 
     ``workers`` processes train runs side by side (``parallel.map_runs``); each run is a function of
     (seed, G) alone, so the result does not depend on the number of workers.
@@ -106,7 +108,7 @@ def run_kv_ensemble(base_seed: int, kv_heads: Sequence[int] = KV_HEADS, size: in
     if isinstance(kv_heads, (str, bytes)) or not isinstance(kv_heads, Sequence) or not kv_heads:
         raise TypeError(f"kv_heads must be a non-empty sequence of ints, got {kv_heads!r}")
     counts = tuple(_check_kv_heads(g) for g in kv_heads)
-    keys = [(g, seed) for g in counts for seed in range(base_seed, base_seed + size)]
+    keys = [(g, seed) for g in counts for seed in ensemble_seeds(base_seed, EXPERIMENT, size)]
     return dict(zip(keys, map_runs(run, [(seed, g) for g, seed in keys], workers)))
 
 
@@ -160,9 +162,7 @@ def kv_claims(runs: Mapping[tuple[int, int], KVRun], max_steps: int = MAX_STEPS)
         Claim(f"G = 4, 2, 1: fewest runs reaching {THRESHOLD:.0%} on every lookup within {max_steps} steps (of {ENSEMBLE_SIZE})",
               float(table["reached"].min()), ">", 6),
         Claim("|median steps to threshold, G = 1 (MQA) minus G = 4 (MHA)|", abs(float(table.loc[1, "median steps"] - mha)),
-              "<", 75),
+              "<", 2 * EVAL_EVERY),
         Claim("|median steps to threshold, G = 2 (GQA) minus G = 4 (MHA)|", abs(float(table.loc[2, "median steps"] - mha)),
-              "<", 75),
-        Claim("G = 4, 2, 1: lowest held-out accuracy of a run's worst lookup at the end",
-              float(table["worst lookup at the end, min"].min()), ">=", 0.9),
-    ]
+              "<", 2 * EVAL_EVERY),
+    ]  # no claim on the accuracy at the end: every run stops once it reaches THRESHOLD, so that would be the stopping rule

@@ -469,6 +469,7 @@ def length_generalization(schemes: Sequence[str] = SCHEMES, train_length: int = 
     return table
 
 
+EXPERIMENT = "length generalization"  # the ensemble's name for seeds.ensemble_seeds (both tasks, every scheme: paired)
 CHAPTER_SETTINGS = {  # DL0030's ensemble, shared by the chapter and benchmarks/calibration/dl0030_positional_encoding.py
     "train_length": 16,
     "test_lengths": (16, 32, 64),

@@ -38,6 +38,7 @@ from .claims import Claim
 from .training import seeded
 
 ARCHITECTURES = ("attention", "attention + FFN", "attention + skip", "attention + FFN + skip")
+EXPERIMENT = "rank collapse"  # the ensemble's name for seeds.ensemble_seeds
 CHAPTER_SETTINGS = {  # DL0031's ensemble, shared by the chapter and benchmarks/calibration/dl0031_feed_forward_network.py
     "depth": 24,
     "d_model": 32,

@@ -351,7 +351,8 @@ class ReachGrid:
 
 
 REACH_GRID = ReachGrid()
-REACH_ENSEMBLE = 8  # seeds per cell: a chapter with base seed SEED trains seeds SEED .. SEED + 7
+REACH_ENSEMBLE = 8  # seeds per cell: a chapter with base seed SEED trains ensemble_seeds(SEED, EXPERIMENT, 8)
+EXPERIMENT = "window reach"  # the ensemble's name for seeds.ensemble_seeds
 EVAL_SEED_OFFSET = 100_000  # held-out data of seed s come from s + EVAL_SEED_OFFSET
 
 
@@ -412,7 +413,7 @@ def reach_grid(seeds: Sequence[int], settings: ReachGrid = REACH_GRID, progress:
     comparison between cells is paired.
 
     Args:
-        seeds: the seeds of the ensemble (a chapter passes ``range(SEED, SEED + 8)``).
+        seeds: the seeds of the ensemble (a chapter passes ``ensemble_seeds(SEED, EXPERIMENT, REACH_ENSEMBLE)``).
         settings: the grid and the training (default :data:`REACH_GRID`).
         progress: show a tqdm bar per depth (only with ``workers`` = 1).
         workers: processes (``parallel.map_runs``). With more than one, the seeds of each depth
