@@ -225,9 +225,9 @@ def moe_claims(frame: pd.DataFrame) -> list[Claim]:
         Claim(f"alpha = {alpha:g}: busiest expert's share of the token-slots, median over seeds (uniform: {uniform:g})",
               float(on["busiest expert, median"]), "<=", 0.2),
         Claim("alpha = 0: busiest expert's share of the token-slots, median over seeds",
-              float(off["busiest expert, median"]), ">=", 0.18),
+              float(off["busiest expert, median"]), ">=", 0.15),  # "well over 1/8": 20% over it
         Claim(f"busiest expert's share, medians: alpha = 0 minus alpha = {alpha:g}",
-              float(off["busiest expert, median"] - on["busiest expert, median"]), ">", 0.015),
+              float(off["busiest expert, median"] - on["busiest expert, median"]), ">", 0.0),  # "falls"
         Claim(f"alpha = {alpha:g}: idlest expert's share, median over seeds", float(on["idlest expert, median"]),
               ">=", 0.06),
         Claim("alpha = 0: idlest expert's share, median over seeds", float(off["idlest expert, median"]), "<", 0.075),
