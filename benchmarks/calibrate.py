@@ -149,10 +149,12 @@ def rebound_part(part: dict, bounds: dict[str, tuple[str, float]]) -> dict:
     """
     from transformer_course.experiments.claims import Claim
 
-    if "runs" not in part:  # a merged record: one entry per claim, its values by kernel set
-        unknown = sorted(set(bounds) - {c["name"] for c in part["claims"]})
-        if unknown:
-            raise ValueError(f"bounds must name claims of the record, got unknown names {unknown}")
+    merged = "runs" not in part  # a merged record: one entry per claim, its values by kernel set
+    names = {c["name"] for c in part["claims"]} if merged else {c["name"] for run in part["runs"] for c in run["claims"]}
+    unknown = sorted(set(bounds) - names)
+    if unknown:
+        raise ValueError(f"bounds must name claims of the {'record' if merged else 'part'}, got unknown names {unknown}")
+    if merged:
         claims = []
         for c in part["claims"]:
             if c["name"] in bounds:
@@ -162,10 +164,6 @@ def rebound_part(part: dict, bounds: dict[str, tuple[str, float]]) -> dict:
                 c = _claim_entry(first.statement, {"name": c["name"], "op": first.op, "bound": first.bound}, rows)
             claims.append(c)
         return {**part, "claims": claims}
-    names = {c["name"] for run in part["runs"] for c in run["claims"]}
-    unknown = sorted(set(bounds) - names)
-    if unknown:
-        raise ValueError(f"bounds must name claims of the part, got unknown names {unknown}")
     runs = []
     for run in part["runs"]:
         claims = []
@@ -343,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="e.g. 0-29 (default) or 0-14 for one machine's share")
     part.add_argument("--out", type=Path, required=True, help="the partial record (resumed if it exists)")
     part.add_argument("--modules", type=Path, default=CALIBRATION_DIR, help="folder of the calibration modules")
-    rebound = commands.add_parser("rebound", help="new bounds for named claims of a partial record, on its values")
+    rebound = commands.add_parser("rebound", help="new bounds for named claims of a partial or merged record, on its values")
     rebound.add_argument("part", type=Path)
     rebound.add_argument("--claim", nargs=3, action="append", required=True, metavar=("NAME", "OP", "BOUND"))
     rebound.add_argument("--out", type=Path, required=True)
