@@ -177,6 +177,28 @@ def rebound_part(part: dict, bounds: dict[str, tuple[str, float]]) -> dict:
     return {**part, "runs": runs}
 
 
+def drop_claims(part: dict, names: list[str]) -> dict:
+    """``part`` (a partial record, or a merged record) without the claims named in ``names``.
+
+    For a claim the chapter no longer asserts: every other claim keeps its recorded values, which do
+    not depend on which claims sit beside it.
+
+    Raises:
+        ValueError: for a name that no claim of ``part`` has, or for dropping every claim.
+    """
+    merged = "runs" not in part
+    names = set(names)
+    held = {c["name"] for c in part["claims"]} if merged else {c["name"] for run in part["runs"] for c in run["claims"]}
+    unknown = sorted(names - held)
+    if unknown:
+        raise ValueError(f"names must name claims of the {'record' if merged else 'part'}, got unknown names {unknown}")
+    if not held - names:
+        raise ValueError("names must leave at least one claim; a chapter that asserts none has no record")
+    if merged:
+        return {**part, "claims": [c for c in part["claims"] if c["name"] not in names]}
+    return {**part, "runs": [{**run, "claims": [c for c in run["claims"] if c["name"] not in names]} for run in part["runs"]]}
+
+
 def failure_rate_upper_bound(failures: int, draws: int, confidence: float = CONFIDENCE) -> float:
     """Upper end of the two-sided Clopper-Pearson interval for a per-draw failure rate (``scipy.stats.binomtest``)."""
     from scipy.stats import binomtest
@@ -345,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     rebound.add_argument("part", type=Path)
     rebound.add_argument("--claim", nargs=3, action="append", required=True, metavar=("NAME", "OP", "BOUND"))
     rebound.add_argument("--out", type=Path, required=True)
+    drop = commands.add_parser("drop", help="remove claims a chapter no longer asserts from a partial or merged record")
+    drop.add_argument("part", type=Path)
+    drop.add_argument("--claim", action="append", required=True, metavar="NAME")
+    drop.add_argument("--out", type=Path, required=True)
     merge = commands.add_parser("merge", help="partial records of one chapter -> its record")
     merge.add_argument("parts", nargs="+", type=Path)
     merge.add_argument("--out", type=Path, required=True)
@@ -361,6 +387,11 @@ def main(argv: list[str] | None = None) -> int:
         part = json.loads(args.part.read_text(encoding="utf-8"))
         bounds = {name: (op, float(bound)) for name, op, bound in args.claim}
         args.out.write_text(json.dumps(rebound_part(part, bounds), indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+        return 0
+    if args.command == "drop":
+        part = json.loads(args.part.read_text(encoding="utf-8"))
+        args.out.write_text(json.dumps(drop_claims(part, args.claim), indent=1) + "\n", encoding="utf-8")
         print(f"wrote {args.out}")
         return 0
     if args.command in ("run", "part") and args.jobs < 1:

@@ -179,6 +179,19 @@ def test_a_merged_record_rebounds_as_its_rebounded_parts_merge(tmp_path):
         calibrate.rebound_part(record, {"no such claim": (">", 0.0)})
 
 
+def test_a_dropped_claim_leaves_the_others_as_recorded(tmp_path):
+    (tmp_path / "dl9999_fake.py").write_text(FAKE_MODULE)
+    part = calibrate.run_part("dl9999_fake", [0, 1, 2], tmp_path / "a.json", directory=tmp_path)
+    record = calibrate.merge_parts([part, {**part, "kernel_set": "OTHER"}])
+    dropped = calibrate.drop_claims(record, ["seed"])
+    assert dropped == {**record, "claims": [c for c in record["claims"] if c["name"] != "seed"]}
+    assert dropped == calibrate.merge_parts([calibrate.drop_claims(p, ["seed"]) for p in (part, {**part, "kernel_set": "OTHER"})])
+    with pytest.raises(ValueError, match="unknown names"):
+        calibrate.drop_claims(record, ["no such claim"])
+    with pytest.raises(ValueError, match="at least one claim"):
+        calibrate.drop_claims(record, ["seed", "seed plus one", "draw"])
+
+
 def test_merge_refuses_parts_that_disagree(tmp_path):
     (tmp_path / "dl9999_fake.py").write_text(FAKE_MODULE)
     part = calibrate.run_part("dl9999_fake", [0, 1], tmp_path / "a.json", directory=tmp_path)

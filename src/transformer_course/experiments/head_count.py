@@ -397,8 +397,6 @@ def study_claims(runs: Mapping[tuple[int, int], LookupRun], max_steps: int = MAX
               abs(float(steps.loc[8, "median steps"] - steps.loc[4, "median steps"])), "<", 2 * EVAL_EVERY),
         Claim("h = 4: runs in which both positional lookups have a head of their own (of 8)",
               float(owned_lookups(runs, 4)[["previous", "first"]].all(axis=1).sum()), ">", 5),
-        Claim("h = 4: runs whose heads do not split the four lookups one-to-one (of 8)",
-              float(len(four) - four["one_to_one"].sum()), ">", 0),
         Claim("h = 4: median share of heads whose removal breaks a lookup", float(four["necessary_share"].median()), ">", 0.4),
         Claim("h = 8: median share of heads whose removal breaks a lookup", float(eight["necessary_share"].median()), "<", 0.4),
         Claim("h = 8: runs with a lookup owned by two heads or more (of 8)", float((eight["duplicated"] > 0).sum()), ">", 5),
