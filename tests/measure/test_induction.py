@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from transformer_course.measure.induction import (copying_score, in_context_learning_score, prefix_matching_score,
+from transformer_course.measure.induction import (composition_score, composition_scores, copying_score,
+                                                  in_context_learning_score, prefix_matching_score,
                                                   previous_token_score, repeat_losses, repeated_random_tokens)
 
 
@@ -99,3 +100,53 @@ def test_repeated_random_tokens_repeat_exactly():
     assert int(tokens.max()) < 7
     with pytest.raises(TypeError, match="generator"):
         repeated_random_tokens(3, 5, 7, 0)
+
+
+def subspace(d: int, dims: range) -> torch.Tensor:
+    """(D, D) projection onto the coordinates ``dims``."""
+    p = torch.zeros(d, d, dtype=torch.float64)
+    p[list(dims), list(dims)] = 1.0
+    return p
+
+
+def test_composition_score_is_one_for_an_aligned_reader_zero_for_a_disjoint_one_and_small_for_random():
+    d = 64
+    generator = torch.Generator().manual_seed(0)
+    u, v = torch.randn(d, 1, generator=generator, dtype=torch.float64), torch.randn(d, 1, generator=generator, dtype=torch.float64)
+    writer = u @ v.T  # writes along u
+    assert float(composition_score(7.0 * v @ u.T, writer)) == pytest.approx(1.0)  # rank one, reads along u
+    low, high = subspace(d, range(0, 8)), subspace(d, range(8, 16))
+    a = torch.randn(d, d, generator=generator, dtype=torch.float64)
+    assert float(composition_score(a @ high, low @ a)) == 0.0  # reads coordinates the writer never writes
+    random = composition_score(torch.randn(20, d, d, generator=generator, dtype=torch.float64),
+                               torch.randn(20, d, d, generator=generator, dtype=torch.float64))  # (20,)
+    assert 0.5 / d ** 0.5 < float(random.mean()) < 2.0 / d ** 0.5  # about 1/sqrt(D) for unrelated matrices
+
+
+def test_composition_scores_tell_key_from_query_and_value_composition():
+    """Later head 0 reads earlier head 0's output with its key only; later head 1 with its value only."""
+    d = 16
+    generator = torch.Generator().manual_seed(1)
+    rand = lambda: torch.randn(d, d, generator=generator, dtype=torch.float64)  # noqa: E731
+    prev, other = subspace(d, range(0, 4)), subspace(d, range(4, 8))  # where earlier heads 0 and 1 write
+    rest = subspace(d, range(8, 16))
+    ov_earlier = torch.stack([prev @ rand(), other @ rand()])  # (2, D, D)
+    qk = torch.stack([rest @ rand() @ prev, rest @ rand() @ rest])  # x_q^T W_QK x_k: query side rest, key side prev / rest
+    ov_later = torch.stack([rest @ rand() @ rest, rest @ rand() @ prev])  # head 1's value reads prev
+    scores = composition_scores(qk, ov_later, ov_earlier)
+    assert sorted(scores) == ["K", "Q", "V"] and all(s.shape == (2, 2) for s in scores.values())
+    assert float(scores["K"][0, 0]) > 0.1 and float(scores["K"][0, 1]) == 0.0 and float(scores["K"][1, 0]) == 0.0
+    assert float(scores["Q"].abs().max()) == 0.0  # no query reads an earlier head's output
+    assert float(scores["V"][1, 0]) > 0.1 and float(scores["V"][0, 0]) == 0.0
+
+
+def test_composition_scores_refuse_shapes_that_do_not_chain():
+    m = torch.randn(2, 8, 8)
+    with pytest.raises(ValueError, match="must chain"):
+        composition_score(torch.randn(8, 8), torch.randn(4, 4))
+    with pytest.raises(ValueError, match="zero matrices"):
+        composition_score(torch.zeros(8, 8), torch.randn(8, 8))
+    with pytest.raises(ValueError, match="ov_earlier"):
+        composition_scores(m, m, torch.randn(2, 4, 4))
+    with pytest.raises(ValueError, match="one matrix per later head"):
+        composition_scores(m, torch.randn(3, 8, 8), m)

@@ -171,7 +171,7 @@ class PositionalSelfAttention(nn.Module):
         scheme: one of ``SCHEMES``; only ``"rope"`` and ``"alibi"`` change this layer.
 
     Shape:
-        x (B, T, D) -> (B, T, D).
+        x (B, T, D) -> (B, T, D), plus the weights (B, H, T, T) when ``need_weights=True``.
     """
 
     def __init__(self, d_model: int, num_heads: int, scheme: str = "none") -> None:
@@ -182,7 +182,7 @@ class PositionalSelfAttention(nn.Module):
             raise ValueError(f"RoPE needs an even head width, got d_model={d_model}, num_heads={num_heads}")
         self.rope_scaling: tuple[str, int] | None = None  # (method, L): set by ``rope_scaling``, None = plain RoPE
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         mha, t = self.attention, x.shape[1]
         q = mha.split_heads(mha.q_proj(x))  # (B, H, T, Dh)
         k = mha.split_heads(mha.k_proj(x))  # (B, H, T, Dh)
@@ -200,8 +200,9 @@ class PositionalSelfAttention(nn.Module):
             k = rotary_embedding(k, positions, base)  # (B, H, T, Dh)
         elif self.scheme == "alibi":
             bias = alibi_bias(mha.num_heads, t).to(device=x.device, dtype=x.dtype)  # (H, T, T)
-        heads, _ = _attention(q, k, v, causal_mask(t, device=x.device), bias)  # (B, H, T, Dh)
-        return mha.out_proj(mha.merge_heads(heads))  # (B, T, D)
+        heads, weights = _attention(q, k, v, causal_mask(t, device=x.device), bias)  # (B, H, T, Dh), (B, H, T, T)
+        out = mha.out_proj(mha.merge_heads(heads))  # (B, T, D)
+        return (out, weights) if need_weights else out
 
 
 class CausalBlock(nn.Module):

@@ -12,7 +12,9 @@ induction head puts its weight on key i - P + 1. These functions turn that into 
   +1 when the head adds to the logit of the token it reads, -1 when it subtracts;
 * ``in_context_learning_score``: loss at a late position minus loss at an early one (negative when
   the context helps);
-* ``repeat_losses``: the loss on the first copy of a repeated sequence and on the later copies.
+* ``repeat_losses``: the loss on the first copy of a repeated sequence and on the later copies;
+* ``composition_scores``: how much a later head's query, key or value reads what an earlier head
+  writes (Q-, K- and V-composition, from the weights alone).
 
 Shape legend: B batch, H heads, T positions, V vocabulary.
 """
@@ -156,3 +158,60 @@ def repeat_losses(token_losses: torch.Tensor, period: int) -> tuple[float, float
     if period + 1 >= token_losses.shape[1]:
         raise ValueError(f"period must leave a later copy in the {token_losses.shape[1]} positions, got {period}")
     return float(token_losses[:, :period - 1].mean()), float(token_losses[:, period:].mean())
+
+
+
+def composition_score(reader: torch.Tensor, writer: torch.Tensor) -> torch.Tensor:
+    """||reader @ writer||_F / (||reader||_F ||writer||_F): how much of ``writer``'s output ``reader`` reads.
+
+    1 when the reader reads exactly the subspace the writer writes to, with aligned singular
+    directions; small (about 1/sqrt(D) for random D x D matrices) when they are unrelated.
+
+    Args:
+        reader, writer: (..., D, D) matrices acting on residual-stream vectors (column convention:
+            the writer maps x to ``writer @ x``, the reader reads ``reader @ (writer @ x)``).
+
+    Returns:
+        (...) scores in [0, 1].
+
+    Elhage et al., 2021, "A Mathematical Framework for Transformer Circuits", section on composition.
+    """
+    check_tensor("reader", reader, floating=True)
+    check_tensor("writer", writer, floating=True)
+    if reader.dim() < 2 or writer.dim() < 2 or reader.shape[-1] != writer.shape[-2]:
+        raise ValueError(f"reader (..., D, D) and writer (..., D, D) must chain, got {tuple(reader.shape)} "
+                         f"and {tuple(writer.shape)}")
+    norms = torch.linalg.matrix_norm(reader) * torch.linalg.matrix_norm(writer)  # (...)
+    if bool((norms == 0).any()):
+        raise ValueError("reader and writer must not be zero matrices (their composition score is undefined)")
+    return torch.linalg.matrix_norm(reader @ writer) / norms  # (...)
+
+
+def composition_scores(qk: torch.Tensor, ov_later: torch.Tensor, ov_earlier: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Q-, K- and V-composition of every later head with every earlier head.
+
+    A later head's attention score between a query vector x_q and a key vector x_k is the bilinear
+    form x_q^T W_QK x_k; its output is W_OV x_k. An earlier head adds W_OV' x to the residual
+    stream, so the later head's key reads it through W_QK W_OV' (K-composition), its query through
+    W_QK^T W_OV' (Q-composition) and its value through W_OV W_OV' (V-composition).
+
+    Args:
+        qk: (H2, D, D) the later layer's W_QK = W_Q^T W_K per head.
+        ov_later: (H2, D, D) the later layer's W_OV = W_O W_V per head.
+        ov_earlier: (H1, D, D) the earlier layer's W_OV per head.
+
+    Returns:
+        {"Q": (H2, H1), "K": (H2, H1), "V": (H2, H1)}: row = later head, column = earlier head.
+
+    Elhage et al., 2021 (composition scores); Olsson et al., 2022, use K-composition to find the
+    previous-token head an induction head reads.
+    """
+    for name, matrices in (("qk", qk), ("ov_later", ov_later), ("ov_earlier", ov_earlier)):
+        check_tensor(name, matrices, ndim=3, floating=True)
+        if matrices.shape[-1] != matrices.shape[-2] or matrices.shape[-1] != qk.shape[-1]:
+            raise ValueError(f"{name} must be (heads, D, D) with the D of qk, got {tuple(matrices.shape)}")
+    if qk.shape[0] != ov_later.shape[0]:
+        raise ValueError(f"qk and ov_later must have one matrix per later head, got {qk.shape[0]} and {ov_later.shape[0]}")
+    later = {"Q": qk.transpose(-2, -1), "K": qk, "V": ov_later}
+    return {kind: composition_score(reader.unsqueeze(1), ov_earlier.unsqueeze(0))  # (H2, H1)
+            for kind, reader in later.items()}
