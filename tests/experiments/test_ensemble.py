@@ -82,6 +82,23 @@ def test_a_member_does_not_depend_on_the_other_members_bit_for_bit():
     assert torch.equal(flat(big[1]), flat(alone[0]))
 
 
+def test_observe_sees_each_member_as_its_own_run_at_that_step():
+    seeds, steps = [4, 1], 7
+    seen = []  # (step, member, weights)
+    fit_ensemble(members(seeds), make_batch, tagger_loss, steps, seeds, lr=2e-2,
+                 observe=lambda step, models: seen.extend((step, e, flat(m).clone()) for e, m in enumerate(models)),
+                 observe_every=3)
+    assert [(step, e) for step, e, _ in seen] == [(0, 0), (0, 1), (3, 0), (3, 1), (6, 0), (6, 1), (7, 0), (7, 1)]
+    for step, e, weights in seen:  # the member's weights are those of its own fit run after `step` steps
+        single = members([seeds[e]])[0]
+        if step:
+            fit(single, make_batch, tagger_loss, step, lr=2e-2, seed=seeds[e])
+        assert torch.allclose(weights, flat(single), atol=1e-5)
+    alone = []
+    fit_ensemble(members([5]), make_batch, tagger_loss, 2, [5], observe=lambda step, models: alone.append(len(models)))
+    assert alone == [1, 1, 1]  # the twin a lone member trains beside is never shown
+
+
 def test_validation():
     two = members([0, 1])
     with pytest.raises(ValueError, match="models must hold at least one"):
@@ -98,6 +115,10 @@ def test_validation():
         fit_ensemble(two, make_batch, tagger_loss, 1, [3, 3])
     with pytest.raises(ValueError, match="steps"):
         fit_ensemble(two, make_batch, tagger_loss, 0, [0, 1])
+    with pytest.raises(TypeError, match="observe must be callable"):
+        fit_ensemble(two, make_batch, tagger_loss, 1, [0, 1], observe="every step")
+    with pytest.raises(ValueError, match="observe_every"):
+        fit_ensemble(two, make_batch, tagger_loss, 1, [0, 1], observe=print, observe_every=0)
     with pytest.raises(ValueError, match="lr"):
         fit_ensemble(two, make_batch, tagger_loss, 1, [0, 1], lr=0.0)
     with pytest.raises(ValueError, match="clip_grad_norm"):

@@ -86,7 +86,9 @@ def test_a_tiny_run_records_every_probe_and_its_circuit():
     assert run.composition_at_init != run.composition  # training moved the weights
     assert set(run.advantage) == {"intact", "induction heads zeroed", "random other heads zeroed",
                                   "previous-token head zeroed"}
-    again = ic.run_circuit(3, TINY)
-    assert again.losses == run.losses and pd.Series(again.advantage).equals(pd.Series(run.advantage))  # NaN == NaN here
-    summary = ic.circuit_summary([run, again], TINY)
+    pair = ic.train_circuits([5, 3], TINY)  # seed 3 trained beside another seed: the same run
+    assert pair[1].seed == 3 and pair[1].losses == run.losses
+    assert pd.Series(pair[1].advantage).equals(pd.Series(run.advantage))  # NaN == NaN here
+    assert pair[1].record["held_out_loss"].tolist() == run.record["held_out_loss"].tolist()
+    summary = ic.circuit_summary(pair, TINY)
     assert len(summary) == 2 and summary["K-composition"].between(0, 1).all()

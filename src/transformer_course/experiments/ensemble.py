@@ -87,6 +87,8 @@ def fit_ensemble(
     lr: float = 1e-3,
     warmup_steps: int = 0,
     clip_grad_norm: float | None = 1.0,
+    observe: Callable[[int, list[nn.Module]], None] | None = None,
+    observe_every: int = 1,
 ) -> list[list[float]]:
     """Train E models of one architecture together; member e follows ``fit(models[e], ..., seed=seeds[e])``.
 
@@ -103,6 +105,10 @@ def fit_ensemble(
         lr: peak learning rate (the same for every member).
         warmup_steps: linear warm-up length (0 = constant learning rate).
         clip_grad_norm: clip each member's global gradient norm to this value (None = no clipping).
+        observe: called as ``observe(step, models)`` before step 0, every ``observe_every`` steps
+            and after the last step (``step = steps``), with every member holding its weights at
+            that point (measurements during training: it must not change them).
+        observe_every: steps between two calls of ``observe``.
 
     Returns:
         One list per member: its training loss at every step, as Python floats.
@@ -122,10 +128,14 @@ def fit_ensemble(
     warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
     if clip_grad_norm is not None:
         clip_grad_norm = check_positive_float("clip_grad_norm", clip_grad_norm)
+    if observe is not None and not callable(observe):
+        raise TypeError(f"observe must be callable or None, got {type(observe).__name__}")
+    observe_every = check_int("observe_every", observe_every, minimum=1)
     device = model_device(models[0])
     if len(models) == 1:  # vmap over one member takes other kernels than over several: train it beside a twin
+        alone = None if observe is None else (lambda step, pair: observe(step, pair[:1]))
         return fit_ensemble([models[0], copy.deepcopy(models[0])], make_batch, loss_fn, steps, [seeds[0], seeds[0] + 1],
-                            lr, warmup_steps, clip_grad_norm)[:1]
+                            lr, warmup_steps, clip_grad_norm, alone, observe_every)[:1]
     params, buffers = stack_module_state(models)  # name -> (E, ...) each; params are leaves that require grad
     member_loss = _MemberLoss(copy.deepcopy(models[0]).to("meta"), loss_fn)
 
@@ -138,8 +148,18 @@ def fit_ensemble(
     optimizer, schedule = adam_with_warmup(weights, lr, warmup_steps)  # fit's, over the stacked weights
     generators = [torch.Generator().manual_seed(seed) for seed in seeds]  # batches are drawn on the CPU
     history = []
+
+    def copy_back() -> None:  # each member's slice of the stacked weights -> the member
+        with torch.no_grad():
+            for name, stacked in params.items():
+                for e, model in enumerate(models):
+                    model.get_parameter(name).copy_(stacked[e])
+
     with threads(1 if device.type == "cpu" else None):
-        for _ in range(steps):
+        for step in range(steps):
+            if observe is not None and step % observe_every == 0:
+                copy_back()
+                observe(step, models)
             batches = [make_batch(generator) for generator in generators]
             batch = tuple(torch.stack(parts).to(device) for parts in zip(*batches))  # each (E, ...)
             losses = losses_of(params, buffers, batch)  # (E,)
@@ -155,10 +175,9 @@ def fit_ensemble(
             optimizer.step()
             schedule.step()
             history.append(losses.detach().tolist())
-    with torch.no_grad():
-        for name, stacked in params.items():
-            for e, model in enumerate(models):
-                model.get_parameter(name).copy_(stacked[e])
+        copy_back()
+        if observe is not None:
+            observe(steps, models)
     for model in models:
         model.eval()
     return [list(member) for member in zip(*history)]

@@ -8,8 +8,8 @@ head of layer 0 wrote there (K-composition, Elhage et al., 2021).
 
 Data: every batch mixes windows of the course's prose with random strings repeated at a random
 period (``repeated_fraction`` of the rows), since the prose alone gives too few repeats to form
-the circuit in a CPU budget. ``run_circuit`` trains one seed with ``training.fit`` and measures,
-every ``eval_every`` steps, the held-out prose loss and its loss by position (the in-context
+the circuit in a CPU budget. ``train_circuits`` trains seeds together (``ensemble.fit_ensemble``:
+each member is its own run, with its own batches) and measures each, every ``eval_every`` steps, the held-out prose loss and its loss by position (the in-context
 learning score), the loss on the first and later copies of repeated random sequences, and every
 head's prefix-matching and previous-token scores. At the end it reads the circuit from the
 weights (composition scores of every layer-1 head with every layer-0 head, at initialization and
@@ -36,11 +36,12 @@ from transformer_course.measure.induction import (composition_scores, copying_sc
                                                   prefix_matching_score, previous_token_score, repeat_losses,
                                                   repeated_random_tokens)
 from .corpus import text_windows
+from .ensemble import fit_ensemble
 from .induction_heads import capstone_corpus, periodic_random_tokens
 from .length_generalization import LengthGeneralizationModel
-from .parallel import map_runs
+from .parallel import map_runs, split_evenly
 from .seeds import ensemble_seeds
-from .training import fit, seeded
+from .training import seeded
 
 Head = tuple[int, int]  # (layer, head)
 EXPERIMENT = "induction circuit"  # the ensemble's name for seeds.ensemble_seeds
@@ -202,7 +203,7 @@ def measure(model: LengthGeneralizationModel, probes: Probes) -> dict:
 
 
 def mixture_batches(train: torch.Tensor, vocab_size: int, settings: CircuitSettings = CIRCUIT):
-    """make_batch for ``fit``: prose windows and repeated random strings, as (inputs, next tokens)."""
+    """make_batch for ``fit_ensemble``: prose windows and repeated random strings, as (inputs, next tokens)."""
     s = settings
     repeated = int(round(s.batch_size * s.repeated_fraction))
 
@@ -256,26 +257,10 @@ def _as_lists(scores: dict[str, torch.Tensor]) -> dict[str, list[list[float]]]:
     return {kind: matrix.tolist() for kind, matrix in scores.items()}
 
 
-def run_circuit(seed: int, settings: CircuitSettings = CIRCUIT) -> CircuitRun:
-    """Train one seed (weights, batches, probes and control draws all from ``seed``) and measure it."""
+def _finish(seed: int, model: LengthGeneralizationModel, losses: list[float], rows: list[dict], probes: Probes,
+            at_init: dict[str, list[list[float]]], settings: CircuitSettings) -> CircuitRun:
+    """A trained member's run: its record, its circuit read from the weights, and its ablations."""
     s = settings
-    seed = check_int("seed", seed, minimum=0)
-    vocabulary, train, held_out = capstone_corpus()
-    with seeded(seed):
-        model = build_model(vocabulary.size, s)
-    at_init = _as_lists(layer_composition(model))
-    probes = make_probes(held_out, vocabulary.size, seed, s)
-    draw = mixture_batches(train, vocabulary.size, s)
-    rows, step = [], [0]
-
-    def make_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        if step[0] % s.eval_every == 0:  # the model before this step's update
-            rows.append({"step": step[0], **measure(model, probes)})
-        step[0] += 1
-        return draw(generator)
-
-    losses = fit(model, make_batch, next_token_loss, s.steps, lr=s.lr, seed=seed)
-    rows.append({"step": s.steps, **measure(model, probes)})
     record = pd.DataFrame(rows)
     final = rows[-1]
     induction = [head for head in induction_heads(final["prefix_matching"], s.induction_threshold) if head[0] == 1]
@@ -283,14 +268,14 @@ def run_circuit(seed: int, settings: CircuitSettings = CIRCUIT) -> CircuitRun:
     others = [(l, h) for l in range(2) for h in range(s.num_heads) if (l, h) not in induction and (l, h) != previous]
     generator = torch.Generator().manual_seed(seed + CONTROL_SEED_OFFSET)
     controls = []
-    for _ in range(s.control_draws):
+    for _ in range(s.control_draws if induction else 0):
         chosen = torch.randperm(len(others), generator=generator)[:len(induction)].tolist()
         controls.append(repeat_advantage(ablate_heads(model, [others[i] for i in chosen]), probes.repeated,
                                          probes.period))
     advantage = {
         "intact": repeat_advantage(model, probes.repeated, probes.period),
         "induction heads zeroed": repeat_advantage(ablate_heads(model, induction), probes.repeated, probes.period),
-        "random other heads zeroed": sum(controls) / len(controls) if induction else float("nan"),
+        "random other heads zeroed": sum(controls) / len(controls) if controls else float("nan"),
         "previous-token head zeroed": repeat_advantage(ablate_heads(model, [previous]), probes.repeated,
                                                        probes.period),
     }
@@ -299,10 +284,41 @@ def run_circuit(seed: int, settings: CircuitSettings = CIRCUIT) -> CircuitRun:
                       {k: v.detach().clone() for k, v in model.state_dict().items()})
 
 
+def train_circuits(seeds: Sequence[int], settings: CircuitSettings = CIRCUIT) -> list[CircuitRun]:
+    """Train one model per seed (weights, batches, probes and control draws all from its seed), together
+    (``fit_ensemble``), measuring each every ``eval_every`` steps; see the module docstring."""
+    s = settings
+    seeds = [check_int("seeds", seed, minimum=0) for seed in seeds]
+    vocabulary, train, held_out = capstone_corpus()
+    models = []
+    for seed in seeds:
+        with seeded(seed):
+            models.append(build_model(vocabulary.size, s))
+    at_init = [_as_lists(layer_composition(model)) for model in models]
+    probes = [make_probes(held_out, vocabulary.size, seed, s) for seed in seeds]
+    rows: list[list[dict]] = [[] for _ in seeds]
+
+    def observe(step: int, members: list[nn.Module]) -> None:
+        for member, member_probes, member_rows in zip(members, probes, rows):
+            member_rows.append({"step": step, **measure(member, member_probes)})
+
+    losses = fit_ensemble(models, mixture_batches(train, vocabulary.size, s), next_token_loss, s.steps, seeds,
+                          lr=s.lr, observe=observe, observe_every=s.eval_every)
+    return [_finish(*member, s) for member in zip(seeds, models, losses, rows, probes, at_init)]
+
+
+def run_circuit(seed: int, settings: CircuitSettings = CIRCUIT) -> CircuitRun:
+    """One seed's run: the same numbers as that seed's member of any ensemble (``fit_ensemble``)."""
+    return train_circuits([seed], settings)[0]
+
+
 def run_ensemble(base_seed: int, settings: CircuitSettings = CIRCUIT) -> list[CircuitRun]:
-    """The seeds ``ensemble_seeds(base_seed, EXPERIMENT, settings.ensemble)``, trained by ``settings.workers`` processes."""
+    """The seeds ``ensemble_seeds(base_seed, EXPERIMENT, settings.ensemble)``, split among ``settings.workers``
+    processes, each training its share together."""
     seeds = ensemble_seeds(base_seed, EXPERIMENT, settings.ensemble)
-    return map_runs(run_circuit, [(seed, settings) for seed in seeds], workers=settings.workers)
+    parts = map_runs(train_circuits, [(part, settings) for part in split_evenly(seeds, settings.workers)],
+                     workers=settings.workers)
+    return [run for part in parts for run in part]
 
 
 def layer_top_score(record: pd.DataFrame, column: str, layer: int) -> pd.Series:
