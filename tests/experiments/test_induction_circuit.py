@@ -10,7 +10,7 @@ from transformer_course.experiments import induction_circuit as ic
 from transformer_course.experiments.training import seeded
 
 TINY = dataclasses.replace(ic.CIRCUIT, steps=12, eval_every=4, probe_sequences=4, probe_windows=4, ensemble=2,
-                           workers=1, control_draws=2)
+                           workers=1, control_draws=2, snapshot_steps=(4,))
 
 
 def model(seed=0, vocab_size=11):
@@ -86,6 +86,12 @@ def test_a_tiny_run_records_every_probe_and_its_circuit():
     assert run.composition_at_init != run.composition  # training moved the weights
     assert set(run.advantage) == {"intact", "induction heads zeroed", "random other heads zeroed",
                                   "previous-token head zeroed"}
+    assert sorted(run.snapshots) == [4]  # the weights at step 4, to sample from
+    vocab_size = ic.capstone_corpus()[0].size
+    early, trained = run.model(vocab_size, TINY, step=4), run.model(vocab_size, TINY)
+    assert not torch.equal(early.head.weight, trained.head.weight)
+    with pytest.raises(ValueError, match="snapshot steps"):
+        run.model(vocab_size, TINY, step=5)
     pair = ic.train_circuits([5, 3], TINY)  # seed 3 trained beside another seed: the same run
     assert pair[1].seed == 3 and pair[1].losses == run.losses
     assert pd.Series(pair[1].advantage).equals(pd.Series(run.advantage))  # NaN == NaN here

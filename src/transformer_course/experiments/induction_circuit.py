@@ -68,6 +68,7 @@ class CircuitSettings:
     icl_late: range = range(55, 63)  # ... minus over icl_early
     induction_threshold: float = 0.3  # a head whose prefix-matching score reaches this is an induction head
     control_draws: int = 4  # random control ablations averaged per seed
+    snapshot_steps: tuple[int, ...] = (100, 600)  # weights kept at these steps (and the last), to sample from
     ensemble: int = 8
     workers: int = 2
 
@@ -234,10 +235,15 @@ class CircuitRun:
     copying: list[list[float]]  # (L, H) copying scores of the direct-path OV circuits
     advantage: dict[str, float]  # repeat advantage: intact and with heads zeroed
     state: dict = field(repr=False, default_factory=dict)  # the trained weights
+    snapshots: dict[int, dict] = field(repr=False, default_factory=dict)  # step -> the weights then
 
-    def model(self, vocab_size: int, settings: CircuitSettings = CIRCUIT) -> LengthGeneralizationModel:
+    def model(self, vocab_size: int, settings: CircuitSettings = CIRCUIT, step: int | None = None
+              ) -> LengthGeneralizationModel:
+        """The trained model, or the model at ``step`` (one of ``settings.snapshot_steps``)."""
+        if step is not None and step not in self.snapshots:
+            raise ValueError(f"step must be one of the snapshot steps {sorted(self.snapshots)}, got {step!r}")
         model = build_model(vocab_size, settings)
-        model.load_state_dict(self.state)
+        model.load_state_dict(self.state if step is None else self.snapshots[step])
         return model.eval()
 
 
@@ -258,7 +264,7 @@ def _as_lists(scores: dict[str, torch.Tensor]) -> dict[str, list[list[float]]]:
 
 
 def _finish(seed: int, model: LengthGeneralizationModel, losses: list[float], rows: list[dict], probes: Probes,
-            at_init: dict[str, list[list[float]]], settings: CircuitSettings) -> CircuitRun:
+            at_init: dict[str, list[list[float]]], snapshots: dict[int, dict], settings: CircuitSettings) -> CircuitRun:
     """A trained member's run: its record, its circuit read from the weights, and its ablations."""
     s = settings
     record = pd.DataFrame(rows)
@@ -280,8 +286,11 @@ def _finish(seed: int, model: LengthGeneralizationModel, losses: list[float], ro
                                                        probes.period),
     }
     return CircuitRun(seed, losses, record, _as_lists(layer_composition(model)), at_init,
-                      copying_score(ov_circuits(model)).tolist(), advantage,
-                      {k: v.detach().clone() for k, v in model.state_dict().items()})
+                      copying_score(ov_circuits(model)).tolist(), advantage, _weights(model), snapshots)
+
+
+def _weights(model: nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def train_circuits(seeds: Sequence[int], settings: CircuitSettings = CIRCUIT) -> list[CircuitRun]:
@@ -297,14 +306,17 @@ def train_circuits(seeds: Sequence[int], settings: CircuitSettings = CIRCUIT) ->
     at_init = [_as_lists(layer_composition(model)) for model in models]
     probes = [make_probes(held_out, vocabulary.size, seed, s) for seed in seeds]
     rows: list[list[dict]] = [[] for _ in seeds]
+    snapshots: list[dict[int, dict]] = [{} for _ in seeds]
 
     def observe(step: int, members: list[nn.Module]) -> None:
-        for member, member_probes, member_rows in zip(members, probes, rows):
+        for member, member_probes, member_rows, kept in zip(members, probes, rows, snapshots):
             member_rows.append({"step": step, **measure(member, member_probes)})
+            if step in s.snapshot_steps:
+                kept[step] = _weights(member)
 
     losses = fit_ensemble(models, mixture_batches(train, vocabulary.size, s), next_token_loss, s.steps, seeds,
                           lr=s.lr, observe=observe, observe_every=s.eval_every)
-    return [_finish(*member, s) for member in zip(seeds, models, losses, rows, probes, at_init)]
+    return [_finish(*member, s) for member in zip(seeds, models, losses, rows, probes, at_init, snapshots)]
 
 
 def run_circuit(seed: int, settings: CircuitSettings = CIRCUIT) -> CircuitRun:
