@@ -98,3 +98,13 @@ def test_a_tiny_run_records_every_probe_and_its_circuit():
     assert pair[1].record["held_out_loss"].tolist() == run.record["held_out_loss"].tolist()
     summary = ic.circuit_summary(pair, TINY)
     assert len(summary) == 2 and summary["K-composition"].between(0, 1).all()
+
+
+def test_the_gpt_generates_greedily_within_its_context():
+    from transformer_course.experiments.induction_heads import generate
+
+    m = model()  # context 12
+    out = generate(m, torch.tensor([1, 2, 3]), 15, context=12)  # reads only the last 12 tokens
+    assert out.shape == (18,) and torch.equal(out[:3], torch.tensor([1, 2, 3]))
+    with pytest.raises(TypeError, match="language model"):
+        generate("not a model", torch.tensor([1]), 1)

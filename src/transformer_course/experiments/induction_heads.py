@@ -192,7 +192,7 @@ def ablate_heads(model: AttentionOnlyLM, heads: Iterable[Head]) -> AttentionOnly
 
 
 @torch.no_grad()
-def generate(model: AttentionOnlyLM, prompt: torch.Tensor, new_tokens: int, temperature: float = 0.0,
+def generate(model: nn.Module, prompt: torch.Tensor, new_tokens: int, temperature: float = 0.0,
              generator: torch.Generator | None = None, context: int | None = None) -> torch.Tensor:
     """Extend ``prompt`` (1-D ids) by ``new_tokens`` tokens, one at a time.
 
@@ -203,7 +203,7 @@ def generate(model: AttentionOnlyLM, prompt: torch.Tensor, new_tokens: int, temp
     Returns:
         (len(prompt) + new_tokens,) ids.
     """
-    check_instance("model", model, AttentionOnlyLM)
+    check_instance("model", model, nn.Module, "a language model, tokens (1, T) -> logits (1, T, V)")
     check_tensor("prompt", prompt, ndim=1)
     new_tokens = check_int("new_tokens", new_tokens, minimum=1)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
