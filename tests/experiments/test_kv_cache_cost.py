@@ -152,6 +152,24 @@ def test_cached_step_traffic_by_hand():
         kc.cached_step_traffic(config, 1, step=1)  # step 1 also projects the cross-attention keys
 
 
+@pytest.mark.parametrize("share_embeddings", [False, True])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_weight_count_is_what_a_cached_step_reads_of_a_real_model(share_embeddings, norm_first):
+    """Counted from the module: every decoder parameter except the cross-attention's K and V projections
+    (their outputs are cached at step 1), plus the output layer; a tied output weight is counted once."""
+    config = TransformerConfig(11, 11, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=2, d_ff=24,
+                               share_embeddings=share_embeddings, norm_first=norm_first)
+    model = Transformer(config)
+    read = {id(p): p for name, p in model.decoder.named_parameters()
+            if ".cross_attn.k_proj." not in name and ".cross_attn.v_proj." not in name}
+    read.update({id(p): p for p in model.generator.parameters()})
+    assert kc.decoder_weight_count(config) == sum(p.numel() for p in read.values())
+    # The cross-attention's K and V are read at step 1 only: with them the count is the whole decoder's.
+    cross = sum(p.numel() for name, p in model.decoder.named_parameters()
+                if ".cross_attn.k_proj." in name or ".cross_attn.v_proj." in name)
+    assert cross == config.num_decoder_layers * 2 * (16 * 16 + 16) > 0
+
+
 def test_concatenation_bytes_match_a_real_cache():
     model = _model()
     src = _source(batch=2)

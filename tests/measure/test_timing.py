@@ -78,8 +78,8 @@ def test_round_times_and_machine_peaks():
     with pytest.raises(ValueError, match="number must be >= 1"):
         round_times({"a": lambda: None}, number=0)
     peaks = machine_peaks(size=32, copy_megabytes=0.25, repeats=2)
-    assert peaks["peak FLOP/s"] > 0 and peaks["bandwidth (bytes/s)"] > 0
-    assert peaks["ridge (FLOPs per byte)"] == pytest.approx(peaks["peak FLOP/s"] / peaks["bandwidth (bytes/s)"])
+    assert peaks["matmul FLOP/s"] > 0 and peaks["bandwidth (bytes/s)"] > 0
+    assert peaks["ridge (FLOPs per byte)"] == pytest.approx(peaks["matmul FLOP/s"] / peaks["bandwidth (bytes/s)"])
     with pytest.raises(ValueError, match="copy_megabytes must be"):
         machine_peaks(copy_megabytes=0)
     with pytest.raises(ValueError, match="expansion"):
@@ -95,21 +95,21 @@ def test_training_step_mfu_counts_times_and_leaves_the_weights_alone():
     model = Encoder(1, 16, 2, 32)
     x = torch.randn(2, 8, 16)
     before = [p.detach().clone() for p in model.parameters()]
-    result = training_step_mfu(model, x, peak_flops=1e9, repeats=2)
+    result = training_step_mfu(model, x, reference_flops=1e9, repeats=2)
     counted = measure_training_flops(model, x)["total"]
     assert result["model FLOPs per step"] == counted == 3 * 2 * block_flops(8, 16, 2, num_heads=2)["total"]  # B = 2, e = 2
     assert result["step time (s)"] > 0
     assert result["achieved FLOP/s"] == pytest.approx(counted / result["step time (s)"])
-    assert result["MFU"] == pytest.approx(result["achieved FLOP/s"] / 1e9)
+    assert result["utilisation"] == pytest.approx(result["achieved FLOP/s"] / 1e9)
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))  # Adam at lr 0: no change
     assert all(p.grad is None for p in model.parameters())
-    given = training_step_mfu(model, x, peak_flops=2e9, flops=1000, repeats=1)
-    assert given["model FLOPs per step"] == 1000 and given["peak FLOP/s"] == 2e9
-    with pytest.raises(ValueError, match="peak_flops must be"):
-        training_step_mfu(model, x, peak_flops=0.0)
+    given = training_step_mfu(model, x, reference_flops=2e9, flops=1000, repeats=1)
+    assert given["model FLOPs per step"] == 1000 and given["reference FLOP/s"] == 2e9
+    with pytest.raises(ValueError, match="reference_flops must be"):
+        training_step_mfu(model, x, reference_flops=0.0)
     with pytest.raises(TypeError, match="x must be a floating torch.Tensor"):
-        training_step_mfu(model, torch.ones(2, 8, 16, dtype=torch.long), peak_flops=1e9)
+        training_step_mfu(model, torch.ones(2, 8, 16, dtype=torch.long), reference_flops=1e9)
     with pytest.raises(TypeError, match="module must be"):
-        training_step_mfu("model", x, peak_flops=1e9)
+        training_step_mfu("model", x, reference_flops=1e9)
     with pytest.raises(ValueError, match="flops must be >= 1"):
-        training_step_mfu(model, x, peak_flops=1e9, flops=0)
+        training_step_mfu(model, x, reference_flops=1e9, flops=0)

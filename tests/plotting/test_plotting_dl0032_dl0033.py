@@ -79,12 +79,12 @@ def test_cost_figures():
     assert len(plot_time_vs_flops(spread).axes[0].collections) >= 1  # the range markers
     traffic = pd.DataFrame({"FLOPs": [10, 1000], "bytes": [16, 10]}, index=["softmax", "ffn"])
     traffic["FLOPs per byte"] = traffic["FLOPs"] / traffic["bytes"]
-    peaks = pd.Series({"peak FLOP/s": 1e11, "bandwidth (bytes/s)": 1e10})
+    peaks = pd.Series({"matmul FLOP/s": 1e11, "bandwidth (bytes/s)": 1e10})
     roof = plot_roofline(traffic, peaks, pd.DataFrame({"time (ms)": [1.0, 1.0]}, index=["softmax", "ffn"]))
     ax = roof.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log" and "ridge: 10.0" in _texts(roof)
     with pytest.raises(ValueError, match="peaks must be a Series"):
-        plot_roofline(traffic, {"peak FLOP/s": 1})
+        plot_roofline(traffic, {"matmul FLOP/s": 1})
     with pytest.raises(ValueError, match="missing columns"):
         plot_share_vs_length(pd.DataFrame({"x": [1]}), 1, 1)
     with pytest.raises(ValueError, match="components must be a non-empty DataFrame"):

@@ -316,7 +316,9 @@ def growth_table(config: TransformerConfig, src_len: int, lengths: Sequence[int]
 
 
 def decoder_weight_count(config: TransformerConfig) -> int:
-    """Parameters a cached decoding step (t >= 2) reads: the decoder layers and the output projection (V x D + V).
+    """Parameters a cached decoding step (t >= 2) reads: the decoder layers, the decoder's final
+    LayerNorm (Pre-LN only) and the output projection (V x D, plus V biases unless it shares the
+    embedding's weights, which the model builds without a bias).
 
     Of each layer's cross-attention it reads the query and output projections only: the keys and
     values of the encoder output were projected once, at step 1, and are read from the cache. The
@@ -328,7 +330,9 @@ def decoder_weight_count(config: TransformerConfig) -> int:
     d, v = config.d_model, config.tgt_vocab_size
     cross_keys_values = 2 * (d * d + d)  # W^K, W^V of the cross-attention and their biases: not read
     per_layer = decoder_layer_parameters(d, config.d_ff, config.activation) - cross_keys_values
-    return config.num_decoder_layers * per_layer + v * d + v
+    final_norm = 2 * d if config.norm_first else 0  # Pre-LN closes the stack with a LayerNorm
+    output_bias = 0 if config.share_embeddings else v
+    return config.num_decoder_layers * per_layer + final_norm + v * d + output_bias
 
 
 def cached_step_traffic(config: TransformerConfig, src_len: int, step: int, batch_size: int = 1,

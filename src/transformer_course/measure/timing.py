@@ -230,18 +230,20 @@ def time_block_components(n: int, d: int, num_heads: int = 8, expansion: float =
 @exhibit
 def machine_peaks(size: int = 384, copy_megabytes: float = 8, repeats: int = 20,
                   num_threads: int | None = None) -> pd.Series:
-    """This machine's measured peak arithmetic rate and memory bandwidth, for a roofline.
+    """This machine's measured matrix-product rate and memory bandwidth, for a roofline.
 
-    Peak FLOP/s: the fastest of ``repeats`` float32 (size x size) @ (size x size) products,
-    2 size^3 FLOPs each. Bandwidth: the fastest of ``repeats`` copies of a float32 tensor of
-    ``copy_megabytes`` MB, counting the bytes read and the bytes written; it is the bandwidth for
-    data of that size, from whichever level of the memory hierarchy holds it (a tensor that fits
-    in a cache is copied faster than one that does not). Both are minimum-time measurements, the
-    machine at its least disturbed; short calls (the defaults take about a millisecond) are
-    less often interrupted on a busy machine.
+    Matmul FLOP/s: the fastest of ``repeats`` float32 (size x size) @ (size x size) products,
+    2 size^3 FLOPs each. It is the rate a matrix product attains here (on ``num_threads`` threads),
+    not the processor's specified peak, which a vendor quotes for all cores and vector units at the
+    highest clock and which is higher. Bandwidth: the fastest of ``repeats`` copies of a float32
+    tensor of ``copy_megabytes`` MB, counting the bytes read and the bytes written; it is the
+    bandwidth for data of that size, from whichever level of the memory hierarchy holds it (a
+    tensor that fits in a cache is copied faster than one that does not). Both are minimum-time
+    measurements, the machine at its least disturbed; short calls (the defaults take about a
+    millisecond) are less often interrupted on a busy machine.
 
     Returns:
-        Series with "peak FLOP/s", "bandwidth (bytes/s)" and "ridge (FLOPs per byte)", their ratio:
+        Series with "matmul FLOP/s", "bandwidth (bytes/s)" and "ridge (FLOPs per byte)", their ratio:
         an operation with fewer FLOPs per byte than the ridge is limited by memory, not arithmetic.
     """
     size = check_int("size", size, minimum=1)
@@ -252,14 +254,20 @@ def machine_peaks(size: int = 384, copy_megabytes: float = 8, repeats: int = 20,
     target = torch.zeros_like(source)
     rounds = round_times({"matmul": lambda: a @ b, "copy": lambda: target.copy_(source)}, repeats=repeats,
                          num_threads=num_threads)
-    peak = 2 * size ** 3 / rounds["matmul"].min()
+    matmul = 2 * size ** 3 / rounds["matmul"].min()
     bandwidth = 2 * source.nbytes / rounds["copy"].min()
-    return pd.Series({"peak FLOP/s": peak, "bandwidth (bytes/s)": bandwidth, "ridge (FLOPs per byte)": peak / bandwidth})
+    return pd.Series({"matmul FLOP/s": matmul, "bandwidth (bytes/s)": bandwidth,
+                      "ridge (FLOPs per byte)": matmul / bandwidth})
 
 
-def training_step_mfu(module: nn.Module, x: torch.Tensor, peak_flops: float, flops: int | None = None,
+def training_step_mfu(module: nn.Module, x: torch.Tensor, reference_flops: float, flops: int | None = None,
                       repeats: int = 7, num_threads: int | None = 1) -> pd.Series:
-    """Model FLOPs utilisation (MFU) of one training step of ``module`` on ``x``: achieved FLOP/s / peak FLOP/s.
+    """Utilisation of one training step of ``module`` on ``x``: achieved model FLOP/s / a reference FLOP/s.
+
+    With the hardware's specified peak as the reference this is Chowdhery et al.'s model FLOPs
+    utilisation (MFU). With a measured rate as the reference (``machine_peaks``'s fastest matrix
+    product) it is the share of that measured rate, which is higher than the MFU, because the
+    measured rate is below the specified peak.
 
     A training step is the forward pass, the backward pass of the summed output (``x`` requires a
     gradient, as the activations inside a deep model do) and an Adam update (learning rate 0, so
@@ -267,23 +275,24 @@ def training_step_mfu(module: nn.Module, x: torch.Tensor, peak_flops: float, flo
     matrix products counted by ``FlopCounterMode`` (``cost.measure_training_flops``), unless given;
     the optimizer's few FLOPs per weight are not model FLOPs. The time is the fastest of
     ``repeats`` timings by ``torch.utils.benchmark`` (``round_times``), the machine at its least
-    disturbed, as ``machine_peaks`` measures the peak.
+    disturbed, as ``machine_peaks`` measures its matrix-product rate.
 
     Args:
         module: the model (trained in float32 on its device as given).
         x: its input, e.g. (B, T, D).
-        peak_flops: the machine's peak FLOP/s, e.g. ``machine_peaks(...)["peak FLOP/s"]``.
+        reference_flops: the FLOP/s to divide by: the specified peak for MFU, or a measured rate
+            such as ``machine_peaks(...)["matmul FLOP/s"]``.
         flops: model FLOPs of one step; None counts them with ``FlopCounterMode``.
         repeats: timed steps (each after a warm-up call), the fastest is kept.
-        num_threads: PyTorch's intra-op threads while timing (match the peak's).
+        num_threads: PyTorch's intra-op threads while timing (match the reference's).
 
     Returns:
-        Series with "model FLOPs per step", "step time (s)", "achieved FLOP/s", "peak FLOP/s" and
-        "MFU" (achieved / peak).
+        Series with "model FLOPs per step", "step time (s)", "achieved FLOP/s", "reference FLOP/s" and
+        "utilisation" (achieved / reference).
 
     Raises:
         TypeError: if ``module`` is not an ``nn.Module`` or ``x`` not a floating tensor.
-        ValueError: if ``peak_flops`` or ``flops`` is not positive, or ``repeats`` < 1.
+        ValueError: if ``reference_flops`` or ``flops`` is not positive, or ``repeats`` < 1.
 
     Chowdhery et al., 2022, "PaLM: Scaling Language Modeling with Pathways", section 4.1 and appendix B.
     """
@@ -291,7 +300,7 @@ def training_step_mfu(module: nn.Module, x: torch.Tensor, peak_flops: float, flo
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError(f"x must be a floating torch.Tensor, got {type(x).__name__}")
-    peak_flops = check_positive_float("peak_flops", peak_flops)
+    reference_flops = check_positive_float("reference_flops", reference_flops)
     if flops is None:
         flops = measure_training_flops(module, x)["total"]
     flops = check_int("flops", flops, minimum=1)
@@ -309,4 +318,4 @@ def training_step_mfu(module: nn.Module, x: torch.Tensor, peak_flops: float, flo
     module.zero_grad(set_to_none=True)
     achieved = flops / seconds
     return pd.Series({"model FLOPs per step": float(flops), "step time (s)": seconds, "achieved FLOP/s": achieved,
-                      "peak FLOP/s": peak_flops, "MFU": achieved / peak_flops})
+                      "reference FLOP/s": reference_flops, "utilisation": achieved / reference_flops})

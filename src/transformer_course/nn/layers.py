@@ -209,7 +209,9 @@ def deepnorm_init_(module: nn.Module, beta: float) -> nn.Module:
 
     DeepNorm's initialization: Wang et al. draw these with Xavier gain beta and the query and key
     projections with gain 1; applied after a Xavier initialization (``init_xavier_``), this
-    scaling gives the same distribution with the same draws. Biases and norms are left alone.
+    scaling gives a Xavier draw with gain beta. The family differs: ``init_xavier_`` draws
+    Xavier-*uniform*, while DeepNet's pseudo-code uses ``xavier_normal_``; both have the same
+    variance, 2 beta^2 / (fan_in + fan_out). Biases and norms are left alone.
     beta = 1 changes nothing.
 
     Args:

@@ -153,7 +153,8 @@ def plot_roofline(traffic: pd.DataFrame, peaks: pd.Series, timed: pd.DataFrame |
 
     Args:
         traffic: ``cost.operation_traffic`` output (columns "FLOPs", "bytes", "FLOPs per byte").
-        peaks: ``timing.machine_peaks`` output ("peak FLOP/s", "bandwidth (bytes/s)").
+        peaks: ``timing.machine_peaks`` output ("matmul FLOP/s", the measured matrix-product rate that
+            is the flat roof, and "bandwidth (bytes/s)").
         timed: optional ``timing.time_block_components`` output for the same sizes: each component's
             achieved FLOP/s (its FLOPs over its time) is drawn as a dot under its roof.
 
@@ -161,21 +162,22 @@ def plot_roofline(traffic: pd.DataFrame, peaks: pd.Series, timed: pd.DataFrame |
         The figure, both axes logarithmic.
     """
     traffic = _check_frame("traffic", traffic, ("FLOPs", "FLOPs per byte"))
-    if not isinstance(peaks, pd.Series) or not {"peak FLOP/s", "bandwidth (bytes/s)"} <= set(peaks.index):
-        raise ValueError("peaks must be a Series with 'peak FLOP/s' and 'bandwidth (bytes/s)' (see machine_peaks)")
-    peak, bandwidth = float(peaks["peak FLOP/s"]), float(peaks["bandwidth (bytes/s)"])
+    if not isinstance(peaks, pd.Series) or not {"matmul FLOP/s", "bandwidth (bytes/s)"} <= set(peaks.index):
+        raise ValueError("peaks must be a Series with 'matmul FLOP/s' and 'bandwidth (bytes/s)' (see machine_peaks)")
+    matmul_rate, bandwidth = float(peaks["matmul FLOP/s"]), float(peaks["bandwidth (bytes/s)"])
     fig = new_figure(6.8, 4.4)
     ax = fig.subplots()
     intensity = traffic["FLOPs per byte"]
-    grid = np.logspace(np.log10(min(intensity.min(), peak / bandwidth) / 4),
-                       np.log10(max(intensity.max(), peak / bandwidth) * 4), 200)
-    ax.loglog(grid, np.minimum(peak, grid * bandwidth), color="black", lw=2, label="roof: min(peak, intensity x bandwidth)")
-    ax.axvline(peak / bandwidth, color="black", ls=":", lw=1)
-    ax.text(peak / bandwidth / 1.15, peak / 8, f"ridge: {peak / bandwidth:.1f}\nFLOPs per byte", fontsize=9, ha="right",
-            va="top")
+    grid = np.logspace(np.log10(min(intensity.min(), matmul_rate / bandwidth) / 4),
+                       np.log10(max(intensity.max(), matmul_rate / bandwidth) * 4), 200)
+    ax.loglog(grid, np.minimum(matmul_rate, grid * bandwidth), color="black", lw=2,
+              label="roof: min(matmul rate, intensity x bandwidth)")
+    ax.axvline(matmul_rate / bandwidth, color="black", ls=":", lw=1)
+    ax.text(matmul_rate / bandwidth / 1.15, matmul_rate / 8, f"ridge: {matmul_rate / bandwidth:.1f}\nFLOPs per byte",
+            fontsize=9, ha="right", va="top")
     for component, row in traffic.iterrows():
         colour = COMPONENT_COLOURS.get(component, PALETTE["neutral"])
-        roof = min(peak, row["FLOPs per byte"] * bandwidth)
+        roof = min(matmul_rate, row["FLOPs per byte"] * bandwidth)
         ax.scatter([row["FLOPs per byte"]], [roof], marker="s", s=60, color=colour, edgecolor="black", zorder=3)
         if timed is not None and component in timed.index:
             achieved = row["FLOPs"] / (timed.loc[component, "time (ms)"] / 1e3)
