@@ -74,6 +74,9 @@ def test_transition_and_steepest_drop_read_the_record():
         "later_repeat_loss": [4.0, 3.9, 2.0, 0.5, 0.4],
     })
     assert ic.transition(record) == (200.0, 300.0)  # 10% reached at 200 (0.5), 90% at 300 (0.95)
+    noisy = record.assign(prefix_matching=[[[0.0], [0.0]], [[0.0], [0.2]], [[0.0], [0.05]], [[0.0], [0.95]],
+                                           [[0.0], [1.0]]])
+    assert ic.transition(noisy) == (300.0, 300.0)  # the blip at step 100 is not the phase: it falls back
     assert ic.steepest_drop(record, "later_repeat_loss") == 200.0  # 3.9 -> 2.0 is the largest fall
     flat = record.assign(prefix_matching=[[[0.0], [0.2]]] * 5)
     assert all(v != v for v in ic.transition(flat))  # NaN: nothing rose

@@ -26,6 +26,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -339,14 +340,20 @@ def layer_top_score(record: pd.DataFrame, column: str, layer: int) -> pd.Series:
 
 
 def transition(record: pd.DataFrame, low: float = 0.1, high: float = 0.9) -> tuple[float, float]:
-    """Steps at which layer 1's top prefix-matching score first climbs ``low`` and ``high`` of the way
-    from its step-0 value to its final value (NaN, NaN if it never rises)."""
+    """The phase change of layer 1's top prefix-matching score: the steps from which it stays at least
+    ``low`` and ``high`` of the way from its step-0 value to its final value (NaN, NaN if it never rises).
+
+    "Stays from" rather than "first reaches": before the phase the score wanders by a few hundredths,
+    which is already a tenth of the way on some seeds.
+    """
     top = layer_top_score(record, "prefix_matching", 1)
     start, end = float(top.iloc[0]), float(top.iloc[-1])
     if end <= start:
         return float("nan"), float("nan")
-    progress = (top - start) / (end - start)
-    return tuple(float(record["step"][progress >= share].iloc[0]) for share in (low, high))
+    progress = ((top - start) / (end - start)).to_numpy()
+    steps = record["step"].to_numpy()
+    below = [progress < share for share in (low, high)]
+    return tuple(float(steps[np.flatnonzero(b)[-1] + 1]) if b.any() else float(steps[0]) for b in below)
 
 
 def steepest_drop(record: pd.DataFrame, column: str) -> float:
@@ -384,7 +391,15 @@ def circuit_summary(runs: Sequence[CircuitRun], settings: CircuitSettings = CIRC
         others = [float(k[reader[1], h]) for h in range(k.shape[1]) if h != writer[1]]
         start, finish = transition(run.record)
         icl = icl_scores(run.record, settings)
-        before = icl[run.record["step"] < start].tail(4) if not math.isnan(start) else icl.iloc[:0]
+        steps = run.record["step"]
+        before = steps < start  # the probes before the phase (none if it never rose)
+        last_before = int(np.flatnonzero(before.to_numpy())[-1]) if before.any() else None
+        at_end = int(np.flatnonzero((steps == finish).to_numpy())[0]) if not math.isnan(finish) else None
+        prose = run.record["held_out_loss"]
+
+        def at(series, index):
+            return float(series.iloc[index]) if index is not None else float("nan")
+
         intact = run.advantage["intact"]
         rows.append({
             "seed": run.seed,
@@ -399,11 +414,14 @@ def circuit_summary(runs: Sequence[CircuitRun], settings: CircuitSettings = CIRC
             "V-composition": run.composition["V"][reader[1]][writer[1]],
             "K-composition, other layer-0 heads": max(others),
             "K-composition picks the previous-token head": int(int(k[reader[1]].argmax()) == writer[1]),
-            "phase 10%": start, "phase 90%": finish,
+            "phase 10%": start, "phase 90%": finish, "phase width": finish - start,
             "steepest repeat-loss drop": steepest_drop(run.record, "later_repeat_loss"),
             "steepest prose-loss drop": steepest_drop(run.record, "held_out_loss"),
+            "prose loss before the phase": at(prose, last_before),
+            "prose loss at 90% of the phase": at(prose, at_end),
+            "prose loss at the end": float(prose.iloc[-1]),
             "ICL score at step 0": float(icl.iloc[0]),
-            "ICL score before the phase": float(before.mean()) if len(before) else float("nan"),
+            "ICL score before the phase": at(icl, last_before),
             "ICL score at the end": float(icl.iloc[-1]),
             "copying score, top induction head": run.copying[reader[0]][reader[1]],
             "advantage intact": intact,
