@@ -33,8 +33,6 @@ CHAPTERS = sorted((ROOT / "chapters").glob("dl*.ipynb"))
 # about neighbouring draws only, and they are listed here until re-run. Each entry says why it waits.
 PENDING = {
     "dl0037_capstone_induction_heads": "the capstone is being rebuilt (issue 36); it is calibrated once rebuilt",
-    "dl0030_positional_encoding": "queued: 30 independent ensembles under two kernel sets cost about 37 CPU-minutes "
-                                  "on the 2-core machine, more than the session that introduced them had left",
 }
 
 
