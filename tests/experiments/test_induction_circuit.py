@@ -111,3 +111,11 @@ def test_the_gpt_generates_greedily_within_its_context():
     assert out.shape == (18,) and torch.equal(out[:3], torch.tensor([1, 2, 3]))
     with pytest.raises(TypeError, match="language model"):
         generate("not a model", torch.tensor([1]), 1)
+
+
+def test_circuit_claims_are_statements_about_the_ensemble():
+    runs = ic.train_circuits([3, 5], TINY)
+    claims = ic.circuit_claims(runs, TINY)
+    assert len(claims) == 16 and len({c.statement for c in claims}) == 16
+    counted = [c for c in claims if c.statement.startswith("seeds (of 2)")]
+    assert len(counted) == 3 and all(0 <= c.value <= 2 for c in counted)

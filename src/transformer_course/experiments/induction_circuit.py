@@ -36,6 +36,7 @@ from transformer_course._validation import check_instance, check_int
 from transformer_course.measure.induction import (composition_scores, copying_score, in_context_learning_score,
                                                   prefix_matching_score, previous_token_score, repeat_losses,
                                                   repeated_random_tokens)
+from .claims import Claim, spread
 from .corpus import text_windows
 from .ensemble import fit_ensemble
 from .induction_heads import capstone_corpus, periodic_random_tokens
@@ -430,3 +431,60 @@ def circuit_summary(runs: Sequence[CircuitRun], settings: CircuitSettings = CIRC
             "share left, previous-token head zeroed": run.advantage["previous-token head zeroed"] / intact,
         })
     return pd.DataFrame(rows).set_index("seed")
+
+
+def circuit_claims(runs: Sequence[CircuitRun], settings: CircuitSettings = CIRCUIT) -> list[Claim]:
+    """The capstone's conclusions about an ensemble (bounds to be chosen from the calibration record).
+
+    Where the circuit is (layer 1 reads layer 0), what the weights say (K- against Q- and
+    V-composition, against the other layer-0 heads and against initialization), what removing heads
+    does, how sharp the phase is and where the repeat loss falls, and what the prose sees.
+    """
+    table = circuit_summary(runs, settings)
+    n = len(runs)
+    vocabulary, train, held_out = capstone_corpus()
+    bigram = ngram_baselines(train, held_out, vocabulary.size)["bigram"]
+    formed = table["induction heads, layer 1"] > 0
+    k = table["K-composition"]
+    inside = ((table["steepest repeat-loss drop"] >= table["phase 10%"])
+              & (table["steepest repeat-loss drop"] <= table["phase 90%"]))
+    intact = table["advantage intact"]
+
+    def median(values) -> float:  # over the seeds that have a value (NaN if none: the claim then fails)
+        values = pd.Series(values, dtype=float).dropna()
+        return spread(values)["median"] if len(values) else float("nan")
+
+    def med(column: str) -> float:
+        return median(table[column])
+
+    return [
+        Claim(f"seeds (of {n}) with an induction head in layer 1 (prefix matching >= {settings.induction_threshold:g})",
+              float(formed.sum()), ">", n / 2),
+        Claim("median top prefix-matching score in layer 0", spread(
+            max(run.record["prefix_matching"].iloc[-1][0]) for run in runs)["median"], "<", 0.1),
+        Claim("median top previous-token score in layer 0", med("top previous-token score, layer 0"), ">=", 0.5),
+        Claim(f"seeds (of {n}) whose induction head's K-composition is highest with the previous-token head",
+              float(table["K-composition picks the previous-token head"].sum()), ">", n / 2),
+        Claim("median K-composition minus the larger of Q- and V-composition (same two heads)",
+              spread(k - table[["Q-composition", "V-composition"]].max(axis=1))["median"], ">=", 0.2),
+        Claim("median K-composition minus the same K-composition at initialization",
+              spread(k - table["K-composition at init"])["median"], ">=", 0.15),
+        Claim("median K-composition minus the largest with another layer-0 head",
+              spread(k - table["K-composition, other layer-0 heads"])["median"], ">", 0.05),
+        Claim("median repeat advantage left with the induction heads zeroed, as a share of intact",
+              med("share left, induction heads zeroed"), "<=", 0.2),
+        Claim("median repeat advantage left with the previous-token head zeroed, as a share of intact",
+              med("share left, previous-token head zeroed"), "<=", 0.3),
+        Claim("median repeat advantage left with as many random other heads zeroed, as a share of intact",
+              med("share left, random other heads zeroed"), ">=", 0.6),
+        Claim("median repeat advantage (nats), intact", spread(intact)["median"], ">=", 3.0),
+        Claim("median phase width, 10% to 90% of layer 1's rise (steps)", med("phase width"), "<=", 600),
+        Claim(f"seeds (of {n}) whose steepest fall of the second-copy loss lies within the phase",
+              float(inside.sum()), ">", n / 2),
+        Claim("median rise of the held-out prose loss across the phase (nats)",
+              median(table["prose loss at 90% of the phase"] - table["prose loss before the phase"]), ">", 0.0),
+        Claim("median ICL score on held-out prose at the end minus at step 0 (nats)",
+              spread(table["ICL score at the end"] - table["ICL score at step 0"])["median"], "<", 0.0),
+        Claim("largest held-out prose loss over seeds minus the bigram model's (nats)",
+              float(table["held-out loss"].max()) - bigram, "<", 0.0),
+    ]
