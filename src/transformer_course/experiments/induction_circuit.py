@@ -37,9 +37,8 @@ from transformer_course.measure.induction import (composition_scores, copying_sc
                                                   prefix_matching_score, previous_token_score, repeat_losses,
                                                   repeated_random_tokens)
 from .claims import Claim, spread
-from .corpus import text_windows
+from .corpus import CharVocabulary, load_course_prose, split_corpus, text_windows
 from .ensemble import fit_ensemble
-from .induction_heads import capstone_corpus, periodic_random_tokens
 from .length_generalization import LengthGeneralizationModel
 from .parallel import map_runs, split_evenly
 from .seeds import ensemble_seeds
@@ -76,6 +75,29 @@ class CircuitSettings:
 
 
 CIRCUIT = CircuitSettings()
+
+
+def periodic_random_tokens(batch_size: int, length: int, min_period: int, max_period: int, vocab_size: int,
+                           generator: torch.Generator) -> torch.Tensor:
+    """(B, length) tokens: each row a uniform random string of its own period P in [min_period, max_period], repeated.
+
+    A period drawn per row means no fixed offset predicts the repeats: only finding the earlier
+    occurrence of the current token does.
+    """
+    check_int("min_period", min_period, minimum=2)
+    if not min_period <= max_period < length:
+        raise ValueError(f"need min_period <= max_period < length, got {min_period}, {max_period}, {length}")
+    periods = torch.randint(min_period, max_period + 1, (batch_size, 1), generator=generator)  # (B, 1)
+    strings = torch.randint(0, vocab_size, (batch_size, length), generator=generator)  # (B, length)
+    return strings.gather(1, torch.arange(length).unsqueeze(0) % periods)  # (B, length)
+
+
+def capstone_corpus() -> tuple[CharVocabulary, torch.Tensor, torch.Tensor]:
+    """(vocabulary, train ids, held-out ids) of the course prose."""
+    text = load_course_prose()
+    vocabulary = CharVocabulary.of(text)
+    train, held_out = split_corpus(vocabulary.encode(text))
+    return vocabulary, train, held_out
 
 
 def build_model(vocab_size: int, settings: CircuitSettings = CIRCUIT) -> LengthGeneralizationModel:
@@ -206,7 +228,8 @@ def measure(model: LengthGeneralizationModel, probes: Probes) -> dict:
 
 
 def mixture_batches(train: torch.Tensor, vocab_size: int, settings: CircuitSettings = CIRCUIT):
-    """make_batch for ``fit_ensemble``: prose windows and repeated random strings, as (inputs, next tokens)."""
+    """make_batch for ``fit`` or ``fit_ensemble``: prose windows and repeated random strings, as (inputs,
+    next tokens). ``settings`` gives batch_size, repeated_fraction, context and min_period."""
     s = settings
     repeated = int(round(s.batch_size * s.repeated_fraction))
 

@@ -35,12 +35,14 @@ from torch import nn
 from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_instance, check_int, check_tensor
 from transformer_course.measure.induction import (copying_score, in_context_learning_score, prefix_matching_score,
-                                                  previous_token_score, repeat_losses, repeated_random_tokens)
+                                                  previous_token_score, repeat_losses)
 from transformer_course.nn.attention import MultiHeadAttention
 from transformer_course.nn.normalization import LayerNorm
 from transformer_course.nn.positional import rotary_embedding
 from .claims import Claim, spread
-from .corpus import CharVocabulary, load_course_prose, split_corpus, text_windows
+from .corpus import CharVocabulary
+from .induction_circuit import (Probes, capstone_corpus, make_probes, mixture_batches, next_token_loss,
+                                periodic_random_tokens)
 from .parallel import map_runs
 from .seeds import ensemble_seeds
 from .training import fit, seeded
@@ -74,7 +76,6 @@ class CapstoneSettings:
 
 CAPSTONE = CapstoneSettings()
 EXPERIMENT = "induction heads"  # the ensemble's name for seeds.ensemble_seeds
-PROBE_SEED_OFFSET = 1_000_000
 
 
 class InductionAttention(nn.Module):
@@ -224,73 +225,12 @@ def generate(model: nn.Module, prompt: torch.Tensor, new_tokens: int, temperatur
     return tokens
 
 
-def periodic_random_tokens(batch_size: int, length: int, min_period: int, max_period: int, vocab_size: int,
-                           generator: torch.Generator) -> torch.Tensor:
-    """(B, length) tokens: each row a uniform random string of its own period P in [min_period, max_period], repeated.
-
-    A period drawn per row means no fixed offset predicts the repeats: only finding the earlier
-    occurrence of the current token does.
-    """
-    check_int("min_period", min_period, minimum=2)
-    if not min_period <= max_period < length:
-        raise ValueError(f"need min_period <= max_period < length, got {min_period}, {max_period}, {length}")
-    periods = torch.randint(min_period, max_period + 1, (batch_size, 1), generator=generator)  # (B, 1)
-    strings = torch.randint(0, vocab_size, (batch_size, length), generator=generator)  # (B, length)
-    return strings.gather(1, torch.arange(length).unsqueeze(0) % periods)  # (B, length)
-
-
-def capstone_corpus() -> tuple[CharVocabulary, torch.Tensor, torch.Tensor]:
-    """(vocabulary, train ids, held-out ids) of the course prose."""
-    text = load_course_prose()
-    vocabulary = CharVocabulary.of(text)
-    train, held_out = split_corpus(vocabulary.encode(text))
-    return vocabulary, train, held_out
-
-
-def mixture_batches(train: torch.Tensor, vocab_size: int, settings: CapstoneSettings = CAPSTONE
-                    ) -> Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]]:
-    """make_batch for ``fit``: text windows and repeated random strings, as (inputs, next tokens)."""
-    s = settings
-    repeated = int(round(s.batch_size * s.repeated_fraction))
-
-    def make_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        text = text_windows(train, s.batch_size - repeated, s.context + 1, generator)  # (B_text, T + 1)
-        copies = periodic_random_tokens(repeated, s.context + 1, s.min_period, s.context // 2, vocab_size,
-                                        generator)  # (B_rep, T + 1)
-        tokens = torch.cat((text, copies))  # (B, T + 1)
-        return tokens[:, :-1], tokens[:, 1:]
-
-    return make_batch
-
-
-def next_token_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    inputs, targets = batch
-    return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
-
-
 def token_losses(model: AttentionOnlyLM, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Per-token losses (B, T - 1) of predicting tokens 1 .. T-1, and the attention weights."""
     with torch.no_grad():
         logits, weights = model(tokens, need_weights=True)  # (B, T, V)
         losses = F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
     return losses.view(tokens.shape[0], -1), weights
-
-
-@dataclass
-class Probes:
-    """Fixed evaluation data of one run: repeated random sequences and held-out windows."""
-
-    repeated: torch.Tensor  # (N, T), period T // 2
-    held_out: torch.Tensor  # (M, T)
-    period: int
-
-
-def make_probes(held_out: torch.Tensor, vocab_size: int, seed: int, settings: CapstoneSettings = CAPSTONE) -> Probes:
-    s = settings
-    generator = torch.Generator().manual_seed(seed + PROBE_SEED_OFFSET)  # apart from the training batches' stream
-    period = s.context // 2
-    return Probes(repeated_random_tokens(s.probe_sequences, period, vocab_size, generator),
-                  text_windows(held_out, s.probe_windows, s.context, generator), period)
 
 
 def measure(model: AttentionOnlyLM, probes: Probes, settings: CapstoneSettings = CAPSTONE) -> dict:
