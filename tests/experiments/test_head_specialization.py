@@ -209,3 +209,61 @@ def test_per_head_loop_equals_a_grouped_query_module(gen):
     x = torch.randn(2, 5, 16, generator=gen, dtype=torch.float64)
     looped, heads = hs.per_head_attention(module, x, x, x)
     torch.testing.assert_close(looped, module(x, x, x), rtol=0, atol=1e-12)
+
+
+def _random_tokens(batch: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    tokens, _ = hs.make_lookup_batch(batch, generator=generator)
+    return tokens
+
+
+def test_score_ranks_never_exceed_the_head_width():
+    torch.manual_seed(0)
+    tokens = _random_tokens(16)
+    for heads in (1, 4, 8):  # d_head 32, 8, 4 against T = 12
+        table = hs.score_ranks(hs.LookupModel(num_heads=heads), tokens)
+        d_head = 32 // heads
+        assert list(table.index) == [f"head {k}" for k in range(heads)]
+        assert (table["d_head"] == d_head).all()
+        assert (table["numerical rank, max"] <= min(d_head, 12)).all()
+        assert (table["effective rank, max"] <= table["numerical rank, max"]).all()
+        assert (table["effective rank, median"] >= 1).all()
+    # a random head of width 32 uses many dimensions: the count is not stuck at a small number
+    assert hs.score_ranks(hs.LookupModel(num_heads=1), tokens)["numerical rank, max"].iloc[0] >= 10
+
+
+def test_score_ranks_of_hand_built_rank_one_keys_and_an_independent_reference():
+    torch.manual_seed(1)
+    model = hs.LookupModel(num_heads=4)
+    tokens = _random_tokens(8, seed=1)
+    with torch.no_grad():
+        keep = torch.zeros(32, dtype=torch.bool)
+        keep[::8] = True  # one key feature per head: K_i has rank 1
+        model.attention.k_proj.weight[~keep] = 0.0
+        model.attention.k_proj.bias[~keep] = 0.0
+    table = hs.score_ranks(model, tokens)
+    assert (table["numerical rank, max"] <= 1).all() and (table["effective rank, max"] == 1).all()
+    # an independent reference for an untouched model: the head's scores built from the projections
+    other = hs.LookupModel(num_heads=2)
+    table = hs.score_ranks(other, tokens, energy=1.0)
+    with torch.no_grad():
+        x = other.token_embedding(tokens) + other.position_embedding(torch.arange(tokens.shape[1]))  # (B, T, D)
+        q = other.attention.q_proj(x).double().view(8, 12, 2, 16)[:, :, 1]  # (B, T, Dh): head 1
+        k = other.attention.k_proj(x).double().view(8, 12, 2, 16)[:, :, 1]  # (B, T, Dh)
+    s = q @ k.transpose(1, 2) / 4.0  # (B, T, T)
+    centred = s - s.mean(dim=-1, keepdim=True)
+    ranks = [int(torch.linalg.matrix_rank(m, rtol=1e-4)) for m in centred]
+    assert table.loc["head 1", "numerical rank, max"] == max(ranks)
+    assert table.loc["head 1", "effective rank, max"] == max(ranks)  # energy 1: every non-zero direction counts
+
+
+def test_score_ranks_validates_its_arguments():
+    model, tokens = hs.LookupModel(), _random_tokens(2)
+    with pytest.raises(TypeError, match="model"):
+        hs.score_ranks(torch.nn.Linear(2, 2), tokens)
+    with pytest.raises(ValueError, match="energy"):
+        hs.score_ranks(model, tokens, energy=1.5)
+    with pytest.raises(ValueError, match="energy"):
+        hs.score_ranks(model, tokens, energy=0.0)
+    with pytest.raises(ValueError, match="rtol"):
+        hs.score_ranks(model, tokens, rtol=-1.0)

@@ -277,7 +277,7 @@ def lookup_run(seed: int, num_heads: int, max_steps: int = MAX_STEPS, threshold:
                eval_every: int = EVAL_EVERY) -> LookupRun:
     """Train one run of the study and analyse it: a pure function of ``seed`` and ``num_heads``.
 
-    The run trains on the CPU (``fit``: one thread, the same numbers on every machine) until every
+    The run trains on the CPU (``fit``: one thread, the same numbers on a given machine and kernel set) until every
     lookup reaches ``threshold`` on a held-out batch, or for ``max_steps``; its head scores and
     single-head ablation are measured on a second held-out batch of ``TEST_SIZE`` sequences.
     """

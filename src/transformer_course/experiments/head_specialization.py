@@ -212,6 +212,11 @@ class LookupModel(nn.Module):
         self.attention = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads)
         self.readout = nn.Linear(d_model, num_relations * vocab_size)
 
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token plus learned position embeddings, (B, T) ids -> (B, T, D): what the attention layer reads."""
+        positions = torch.arange(tokens.shape[1], device=tokens.device)  # (T,)
+        return self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, D)
+
     def forward(self, tokens: torch.Tensor, need_weights: bool = False
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Logits (B, R, T, V) for ``tokens`` (B, T); with the weights (B, H, T, T) if asked."""
@@ -221,8 +226,7 @@ class LookupModel(nn.Module):
         b, t = tokens.shape
         if t > self.seq_len:
             raise ValueError(f"tokens has length {t}, longer than seq_len={self.seq_len}")
-        positions = torch.arange(t, device=tokens.device)  # (T,)
-        x = self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, D)
+        x = self.embed(tokens)  # (B, T, D)
         out, weights = self.attention(x, x, x, need_weights=True) if need_weights else (self.attention(x, x, x), None)
         logits = self.readout(out).view(b, t, self.num_relations, self.vocab_size)  # (B, T, R, V)
         logits = logits.transpose(1, 2)  # (B, R, T, V)
@@ -353,6 +357,56 @@ def assign_heads(scores: pd.DataFrame) -> dict[str, int]:
     """For each relation (column), the head (row index) with the highest score."""
     check_instance("scores", scores, pd.DataFrame, "pandas.DataFrame")
     return {str(relation): int(scores[relation].to_numpy().argmax()) for relation in scores.columns}
+
+
+def score_ranks(model: LookupModel, tokens: torch.Tensor, energy: float = 0.99, rtol: float = 1e-4) -> pd.DataFrame:
+    """How many dimensions each head's attention scores use, per head of a trained ``LookupModel``.
+
+    For head i and one sequence, the scores S_i = Q_i K_i^T / sqrt(Dh) form a (T, T) matrix of rank
+    at most Dh: the low-rank bottleneck of Bhojanapalli et al. (2020, "Low-Rank Bottleneck in
+    Multi-head Attention Models"). Each row is first centred (the softmax ignores a constant added
+    to a row, so only the centred scores shape the pattern). With singular values
+    s_1 >= ... >= s_T of the centred matrix, the *effective rank* is the smallest k with
+    s_1^2 + ... + s_k^2 >= energy * (s_1^2 + ... + s_T^2): how many dimensions the head's patterns
+    need; the *numerical rank* counts the s_j > rtol * s_1 (never more than Dh, up to float32
+    rounding).
+
+    Args:
+        model: a ``LookupModel``.
+        tokens: (B, T) token ids.
+        energy: share of the squared Frobenius norm the effective rank must hold, in (0, 1].
+        rtol: relative threshold of the numerical rank, positive.
+
+    Returns:
+        DataFrame, one row per head ("head 0", ...), columns "d_head", "effective rank, median",
+        "effective rank, max" (over the B sequences) and "numerical rank, max".
+
+    Raises:
+        TypeError: if ``model`` is not a ``LookupModel``.
+        ValueError: if ``energy`` is not in (0, 1] or ``rtol`` is not positive.
+    """
+    check_instance("model", model, LookupModel, "LookupModel")
+    check_tensor("tokens", tokens, ndim=2)
+    energy = check_positive_float("energy", energy)
+    if energy > 1:
+        raise ValueError(f"energy must be in (0, 1], got {energy}")
+    rtol = check_positive_float("rtol", rtol)
+    attention = model.attention
+    with torch.no_grad():
+        x = model.embed(tokens)  # (B, T, D)
+        scores = attention.attention_logits(x, x).double()  # (B, H, T, T)
+    centred = scores - scores.mean(dim=-1, keepdim=True)  # (B, H, T, T): each row shifted to mean 0
+    singular = torch.linalg.svdvals(centred)  # (B, H, T), descending
+    squared = singular.square()  # (B, H, T)
+    share = squared.cumsum(dim=-1) / squared.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(squared.dtype).tiny)
+    effective = (share < energy - 1e-12).sum(dim=-1) + 1  # (B, H): first k whose share reaches energy
+    numerical = (singular > rtol * singular[..., :1]).sum(dim=-1)  # (B, H)
+    return pd.DataFrame({
+        "d_head": [attention.d_head] * attention.num_heads,
+        "effective rank, median": effective.double().quantile(0.5, dim=0).tolist(),
+        "effective rank, max": effective.max(dim=0).values.tolist(),
+        "numerical rank, max": numerical.max(dim=0).values.tolist(),
+    }, index=[f"head {k}" for k in range(attention.num_heads)])
 
 
 def head_map_distances(weights: torch.Tensor) -> torch.Tensor:

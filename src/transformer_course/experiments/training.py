@@ -69,7 +69,8 @@ def fit(
 
     Training follows the model: batches are drawn on the CPU and moved to the model's device. On
     the CPU it runs on one thread: the course's toy models gain nothing from more, and one thread
-    sums in the same order on every machine, so the same arguments give the same losses.
+    sums in a fixed order, so the same arguments give the same losses on a given machine and
+    PyTorch build (another CPU kernel set, ``default``/``avx2``/``avx512``, may round differently).
 
     Args:
         model: the module to train (put in train mode for the duration, eval mode after).
