@@ -58,7 +58,7 @@ apt-get install -y --no-install-recommends python3 python3-venv python3-pip bubb
 python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "{torch}"
 /autograder/venv/bin/pip install --no-cache-dir -r /autograder/source/requirements.txt
-chmod -R go-rwx /autograder/source/course
+chmod -R go-rwx /autograder/source/course /autograder/source/package
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
@@ -222,7 +222,11 @@ def choose_sandbox(requested: str = "auto") -> tuple[str | None, str]:
         return None, f"bubblewrap cannot run here ({problem})"
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return None, "no sandbox: bubblewrap cannot run here and the autograder is not root with setpriv"
-    return "user", "sandbox: an unprivileged uid (bubblewrap cannot run in this container)"
+    from transformer_course.course.sandbox import network_unshare
+
+    network = ("no network" if network_unshare() else
+               "the network stays reachable: this container cannot remove it from the student's code")
+    return "user", f"sandbox: an unprivileged uid (bubblewrap cannot run in this container); {network}"
 
 
 def run(root: Path = DEFAULT_ROOT, sandbox: str = "auto") -> dict[str, Any]:
@@ -244,6 +248,9 @@ def run(root: Path = DEFAULT_ROOT, sandbox: str = "auto") -> dict[str, Any]:
         os.chmod(course, 0o700)  # the hidden tests: root only, before any student code runs
         instructor = course / "source" / chapter / f"{chapter}.ipynb"
         os.chmod(instructor, 0o600)
+        package = root / "source" / "package"
+        if package.is_dir():  # its own files too: the student's kernels import a view of it (course.view)
+            os.chmod(package, 0o700)
         plans = exercise_plans(instructor)
     except Exception as error:  # noqa: BLE001 (the zip is broken: say so, grade nothing)
         print(f"autograder error: {type(error).__name__}: {error}", file=sys.stderr)
