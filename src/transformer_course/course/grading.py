@@ -174,6 +174,7 @@ class _Session:
         self.slot, self.cgroup, self.views = slot, cgroup, views
         self.kernel: Kernel | None = None
         self.workdir: Path | None = None
+        self.cpu_seconds = 0.0  # of the kernels so far (they are killed, never waited for by a parent)
 
     def view(self, absent: frozenset) -> Path | None:
         if not absent and self.limits.sandbox != "user":  # the ``user`` sandbox cannot read the package itself
@@ -195,6 +196,7 @@ class _Session:
 
     def stop(self) -> None:
         if self.kernel is not None:
+            self.cpu_seconds += self.kernel.cpu_seconds()
             self.kernel.kill()
             self.kernel = None
         if self.cgroup is not None:
@@ -263,9 +265,30 @@ class _Replay:
         self.skipped: set[int] = set()
         self.durations: dict[int, float] = {}  # cell -> seconds its first run took
         self.errors: dict[int, str] = {}  # cell -> its error, in the last replay that ran it
+        self.read: dict[int, set[str]] = {}  # cell -> the names it may read
 
-    def run(self, end: int, absent: frozenset, timeout: float) -> tuple[str, int | None]:
-        """Replay cells up to (excluding) ``end``: ("ok", None) or ("timed out"/"stopped", cell)."""
+    def _reads(self, index: int) -> set[str]:
+        """Every identifier, attribute and identifier-like string a cell mentions (what it may read)."""
+        if index not in self.read:
+            try:
+                tree = ast.parse(python_source(self.cells[index]["source"]))
+                self.read[index] = {n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute)
+                                    else n.value for n in ast.walk(tree) if isinstance(n, (ast.Name, ast.Attribute))
+                                    or isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier()}
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self.read[index] = set()
+        return self.read[index]
+
+    def run(self, end: int, absent: frozenset, timeout: float, names: tuple[str, ...] = ()) -> tuple[str, int | None]:
+        """Replay cells up to (excluding) ``end``: ("ok", None) or ("timed out"/"stopped", cell).
+
+        A course cell's values are supplied when the test (``names``), a student's cell or a course
+        cell that runs may read them."""
+        needed = set(names)
+        for index in range(end):
+            data = self.course.get(course_cell_key(self.cells[index]["source"]))
+            if index in self.student or data is None or data.run:
+                needed |= self._reads(index)
         for _ in range(MAX_RESTARTS + 1):
             known = sum(s for i, s in self.durations.items() if i < end and i not in self.skipped)
             course = sum(self.course[k].seconds for i in range(end)
@@ -285,7 +308,8 @@ class _Replay:
                     data = self.course.get(course_cell_key(cell["source"])) if index not in self.student else None
                     if data is not None and not data.run:
                         for name, item in data.values:
-                            kernel.inject(name, item)
+                            if name in needed:
+                                kernel.inject(name, item)
                         continue
                     started = time.monotonic()
                     error = kernel.run_cell(cell["source"])
@@ -448,7 +472,7 @@ def _check_exercise(replay: _Replay, plan: ExercisePlan, end: int, absent: froze
     if outcome.get("visible_unclean"):
         # The full message of a failed visible check comes from a kernel that never ran a hidden
         # check: a fresh one, replayed to here (only failing exercises pay for it).
-        if replay.run(end, absent, limits.timeout)[0] == "ok":
+        if replay.run(end, absent, limits.timeout, plan.names)[0] == "ok":
             again = _checker(replay.session.kernel, plan, limits, True)
             if again["result"] == "failed" and not again.get("visible_unclean"):
                 outcome["message"] = again["message"]
@@ -542,7 +566,7 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
             absent = frozenset(plan.absent)
             segment = (previous_end, end)
             previous_end = max(previous_end, end)
-            state, cell = replay.run(end, absent, limits.timeout)
+            state, cell = replay.run(end, absent, limits.timeout, plan.names)
             if state != "ok":
                 session.stop()
                 where = f"cell {cells[cell]['index']}" if cell is not None else "starting the notebook"
@@ -564,7 +588,8 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
         remove_tree(folder)
     ordered = [results[p.label] for p in plans]
     status = "graded" if not timed_out else f"graded; timed out in {', '.join(sorted(timed_out))}"
-    return NotebookResult(ordered, status, time.monotonic() - start, _cpu_time() - cpu_start)
+    return NotebookResult(ordered, status, time.monotonic() - start,
+                          _cpu_time() - cpu_start + (session.cpu_seconds if session else 0.0))
 
 
 def _cpu_time() -> float:

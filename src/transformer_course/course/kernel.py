@@ -406,6 +406,21 @@ class Kernel:
         if self._receive().get("kind") != "ready":
             raise KernelGone("the notebook's process did not start")
 
+    def cpu_seconds(self) -> float:
+        """CPU seconds the kernel's process and its descendants have used so far (read from /proc)."""
+        total, todo, seen = 0.0, [self.process.pid], set()
+        while todo:
+            pid = todo.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    todo += [int(c) for c in (task / "children").read_text().split()]
+        return total
+
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
