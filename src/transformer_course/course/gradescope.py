@@ -58,7 +58,7 @@ apt-get install -y --no-install-recommends python3 python3-venv python3-pip bubb
 python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "{torch}"
 /autograder/venv/bin/pip install --no-cache-dir -r /autograder/source/requirements.txt
-chmod -R go-rwx /autograder/source/course /autograder/source/package
+chmod -R go-rwx /autograder/source/course
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
@@ -248,9 +248,6 @@ def run(root: Path = DEFAULT_ROOT, sandbox: str = "auto") -> dict[str, Any]:
         os.chmod(course, 0o700)  # the hidden tests: root only, before any student code runs
         instructor = course / "source" / chapter / f"{chapter}.ipynb"
         os.chmod(instructor, 0o600)
-        package = root / "source" / "package"
-        if package.is_dir():  # its own files too: the student's kernels import a view of it (course.view)
-            os.chmod(package, 0o700)
         plans = exercise_plans(instructor)
     except Exception as error:  # noqa: BLE001 (the zip is broken: say so, grade nothing)
         print(f"autograder error: {type(error).__name__}: {error}", file=sys.stderr)
