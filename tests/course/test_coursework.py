@@ -292,25 +292,35 @@ def test_a_predictions_visible_check_does_not_give_the_answer_away(path, label, 
                 exec(code, namespace)  # noqa: S102
 
 
-# --- an answer computed with the package's reference is flagged; a check against it is not -----
+# --- every wrong answer scores 0 on the whole test cell, hidden tests included (issue 37, item 5) ---
 
-@pytest.mark.parametrize("source, flagged", [
-    ("from transformer_course.nn.positional import sinusoidal_encoding\n\n"
-     "def my_sinusoidal_encoding(n, d):\n    return sinusoidal_encoding(n, d)", True),
-    ("from transformer_course.nn.positional import sinusoidal_encoding as my_sinusoidal_encoding", True),
-    ("import transformer_course.nn.positional as p\nmy_sinusoidal_encoding = p.sinusoidal_encoding", True),
-    ("from transformer_course.nn.positional import sinusoidal_encoding as s\n\ndef helper(n, d):\n"
-     "    return s(n, d)\n\ndef my_sinusoidal_encoding(n, d):\n    return helper(n, d)", True),
-    ("import torch\n\ndef my_sinusoidal_encoding(n, d):\n    return torch.zeros(n, d)\n\n"
-     "from transformer_course.nn.positional import sinusoidal_encoding\n"
-     "print((my_sinusoidal_encoding(4, 8) - sinusoidal_encoding(4, 8)).abs().max())", False),
-    ("%timeit 1\nmy_sinusoidal_encoding = None", False),
-])
-def test_an_answer_computed_with_the_reference_is_flagged(source, flagged):
-    from transformer_course.course.grading import references_in_answers
+WRONG_LISTS = [(path, label, index) for path, label in EXERCISES
+               for index in range(len(_typical_wrong_answers().wrong_answers(label)))]
 
-    found = references_in_answers(source, ("my_sinusoidal_encoding",), ("sinusoidal_encoding",))
-    assert found == ({"sinusoidal_encoding"} if flagged else set())
+
+@pytest.mark.parametrize("path, label, index", WRONG_LISTS, ids=[f"{l}-{i}" for _, l, i in WRONG_LISTS])
+def test_each_wrong_answer_scores_zero_on_the_full_test_cell(path, label, index):
+    """What the grader runs (every part of the test cell) rejects each listed wrong answer."""
+    test = _cell(nbformat.read(path, as_version=4), f"{label}-tests").source
+    namespace: dict = {}
+    exec("import math\nimport torch\nfrom torch import nn\n" + _typical_wrong_answers().wrong_answers(label)[index],
+         namespace)  # noqa: S102
+    with pytest.raises(Exception):  # noqa: B017,PT011 (the grader scores any exception 0)
+        exec(test, namespace)  # noqa: S102
+
+
+def test_every_exercise_has_wrong_answers_to_reject():
+    assert all(_typical_wrong_answers().wrong_answers(label) for _, label in EXERCISES)
+
+
+# --- the package's reference is absent from the exercise's graded replay ------------------------
+
+def test_the_reference_is_among_what_the_exercises_replay_lacks():
+    from transformer_course.course.plans import exercise_plans
+
+    plans = {p.label: p for p in exercise_plans(ROOT / "chapters" / "dl0030_positional_encoding.ipynb")}
+    assert ("transformer_course.nn.positional", "sinusoidal_encoding") in plans["dl0030-ex1"].absent
+    assert all(set(p.targets) <= set(p.absent) for p in plans.values())
 
 
 def test_every_output_that_holds_solutions_or_student_work_is_ignored_by_git():

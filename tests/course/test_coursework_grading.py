@@ -21,9 +21,13 @@ issue 22: bigcount (an answer that makes a hidden check build a 10**9-element li
           ref_importlib, ref_sysmodules, ref_exec, ref_othercell, ref_rebind, ref_magic,
           ref_nometa, ref_getsource (the reference reached by paths no parser follows, or
           compiled from its own source at run time), ref_pasted (its source pasted, renamed),
-          ref_alternative (another package function that computes the same mask),
-          tamper_* (exercise 2's cell switches the guards off: a guard's closure, the arming hook
-          rebound or shadowed, the shell's transformers cleared, a computed getattr, a reload, gc)
+          ref_alternative (another package function that computes the same mask)
+issue 37: route_getdata, route_loadsource, route_subprocess, route_concat (the reference module
+          copied with pkgutil.get_data, loaded again from its file, run in an asyncio child
+          process, reached by a concatenated name), route_earlier (a value the reference computed
+          in exercise 1's segment, in a cell that binds no answer name). Each exercise is graded
+          without its references within reach (see transformer_course.course.view), so these
+          answers fail like any wrong answer; a pasted copy is reported for review.
 
 Every hostile student leaves exercises blank (or wrong) and must score 0 on them, without
 changing anyone else's row.
@@ -247,21 +251,29 @@ get_ipython().input_transformers_cleanup.append(_blank_tests)
     _cell(nometa, "dl9001-ex1-solution").source = "from transformer_course.nn.masks import causal_mask as my_causal_mask"
     _cell(nometa, "dl9001-ex1-solution").metadata.pop("nbgrader")
 
-    tampering = {  # each switches the guards off in exercise 2's cell, then answers with the reference
-        "tamper_closure": "from transformer_course.nn.masks import causal_mask\n"
-                          "_original = causal_mask.__closure__[0].cell_contents",
-        "tamper_arm": "import builtins\nbuiltins.__grading_arm__ = lambda step: None",
-        "tamper_shadow": "__grading_arm__ = lambda step: None",
-        "tamper_shell": "get_ipython().ast_transformers.clear()",
-        "tamper_getattr": "import transformer_course.nn.masks as _m\n_name = ''.join(['__clo', 'sure__'])\n"
-                          "_original = getattr(_m.causal_mask, _name)[0].cell_contents",
-        "tamper_reload": "import importlib, transformer_course.nn.masks as _m\n_original = importlib.reload(_m).causal_mask",
-        "tamper_gc": "import gc\n_original = gc.get_referents(__import__('transformer_course.nn.masks').nn.masks.causal_mask)",
+    package = Path(__import__("transformer_course").__file__).resolve().parent
+    routes = {  # issue 37: routes to the reference past the old guards; each answers exercise 2 with it
+        "route_getdata": "import pkgutil\n_scope = {}\n"
+                         "exec(pkgutil.get_data('transformer_course.nn', 'masks.py').decode(), _scope)\n"
+                         "allowed_pairs = lambda t: int(_scope['causal_mask'](t).sum())",
+        "route_loadsource": "import importlib.machinery\n"
+                            f"_m = importlib.machinery.SourceFileLoader('_copy', {str(package / 'nn' / 'masks.py')!r})"
+                            ".load_module()\nallowed_pairs = lambda t: int(_m.causal_mask(t).sum())",
+        "route_subprocess": "import asyncio, sys\n\nasync def _count(t):\n"
+                            "    child = await asyncio.create_subprocess_exec(sys.executable, '-c', "
+                            "f'from transformer_course.nn.masks import causal_mask; print(int(causal_mask({t}).sum()))', "
+                            "stdout=asyncio.subprocess.PIPE)\n    out, _ = await child.communicate()\n"
+                            "    return int(out)\n\nallowed_pairs = lambda t: asyncio.run(_count(t))",
+        "route_concat": "import importlib\n_m = importlib.import_module('transformer_course.nn.' + 'ma' + 'sks')\n"
+                        "allowed_pairs = lambda t: int(getattr(_m, 'causal' + '_mask')(t).sum())",
     }
-    for name, source in tampering.items():
+    for name, source in routes.items():
         notebooks[name] = copy.deepcopy(correct)
-        _cell(notebooks[name], "dl9001-ex2-solution").source = (
-            source + "\n\ndef allowed_pairs(t):\n    return t * (t + 1) // 2")
+        _cell(notebooks[name], "dl9001-ex2-solution").source = source
+    earlier = notebooks["route_earlier"] = copy.deepcopy(correct)  # computed in exercise 1's segment, no answer name
+    _add_cell(earlier, "from transformer_course.nn.masks import causal_mask as _cm\n"
+                       "_table = {t: int(_cm(t).sum()) for t in range(100)}", "dl9001-ex1-tests")
+    _cell(earlier, "dl9001-ex2-solution").source = "def allowed_pairs(t):\n    return _table[t]"
 
     alternative = notebooks["ref_alternative"] = copy.deepcopy(correct)  # another package function, same mask
     _cell(alternative, "dl9001-ex1-solution").source = (
@@ -452,9 +464,9 @@ def test_a_function_that_hangs_on_a_hidden_test_costs_only_its_exercise(graded):
 def test_importing_the_reference_answer_scores_zero_with_a_message(graded):
     totals, grades, out, *_ = graded
     assert _points(grades, "reference") == {1: 0, 2: 2, 3: 1}
-    assert grades["reference", "dl9001-ex1"]["result"] == "flagged"
+    assert grades["reference", "dl9001-ex1"]["result"] == "failed"
     html = (out / "feedback" / "reference" / f"{FIXTURE}.html").read_text()
-    assert "your answer is computed with causal_mask from transformer_course" in html
+    assert "causal_mask is not available while this exercise is graded" in html
 
 
 def test_grading_refuses_without_a_working_sandbox(course, tmp_path, monkeypatch, capsys):
@@ -474,7 +486,7 @@ def test_grading_refuses_without_a_working_sandbox(course, tmp_path, monkeypatch
 def test_the_run_stays_within_the_time_budget(graded):
     *_, seconds, results = graded
     times = sorted(r.seconds for r in results if r.seconds > 0)
-    assert len(times) == 18 + 12 + 8
+    assert len(times) == 18 + 12 + 6  # every graded notebook
     assert seconds < 600, seconds  # the whole run, 2 jobs
     assert times[len(times) // 2] < 20, times  # median per notebook, fixture chapter, 2 jobs
 
@@ -507,34 +519,28 @@ def test_no_state_carries_from_a_hidden_check_to_the_next_visible_message(graded
 
 
 @pytest.mark.parametrize("student", ["ref_importlib", "ref_sysmodules", "ref_exec", "ref_magic",
-                                     "ref_pasted", "ref_othercell", "ref_rebind", "ref_nometa"])
-def test_the_reference_answer_is_flagged_however_it_is_reached(graded, student):
-    totals, grades, out, *_ = graded
-    assert grades[student, "dl9001-ex1"]["result"] == "flagged", student
+                                     "ref_othercell", "ref_nometa", "ref_getsource", "ref_alternative"])
+def test_the_reference_answer_is_out_of_reach_however_it_is_reached(graded, student):
+    totals, grades, out, *_ = graded  # ref_getsource: exec(open(module.__file__).read()), the view's file
+    assert grades[student, "dl9001-ex1"]["result"] == "failed", student
     assert _points(grades, student) == {1: 0, 2: 2, 3: 1}
 
 
-def test_another_package_function_that_computes_the_answer_is_flagged(graded):
-    totals, grades, out, *_ = graded  # dilated_mask(t, 1, causal=True) is the causal mask, without causal_mask
-    assert grades["ref_alternative", "dl9001-ex1"]["result"] == "flagged"
-    assert _points(grades, "ref_alternative") == {1: 0, 2: 2, 3: 1}
-    html = (out / "feedback" / "ref_alternative" / f"{FIXTURE}.html").read_text()
-    assert "your answer is computed with dilated_mask from transformer_course" in html
+def test_a_cell_that_rebinds_the_answer_to_the_reference_changes_nothing(graded):
+    totals, grades, *_ = graded  # the rebinding cell fails; the student's own right answer stands
+    assert _points(grades, "ref_rebind") == {1: 3, 2: 2, 3: 1}
 
 
-def test_compiling_the_package_source_at_run_time_is_flagged_from_that_cell_on(graded):
-    totals, grades, out, *_ = graded  # ref_getsource: exec(open(module.__file__).read()) in exercise 1's cell
-    assert {grades["ref_getsource", f"dl9001-ex{k}"]["result"] for k in (1, 2, 3)} == {"flagged"}
-    assert _points(grades, "ref_getsource") == {1: 0, 2: 0, 3: 0}
-    html = (out / "feedback" / "ref_getsource" / f"{FIXTURE}.html").read_text()
-    assert "runs code built at run time" in html and "reaches into the grading machinery" in html
-
-
-@pytest.mark.parametrize("student", ["tamper_closure", "tamper_arm", "tamper_shadow", "tamper_shell",
-                                     "tamper_getattr", "tamper_reload", "tamper_gc"])
-def test_switching_the_guards_off_flags_every_exercise_from_that_cell_on(graded, student):
+def test_a_pasted_copy_of_the_reference_is_reported_for_review_not_guessed(graded):
     totals, grades, out, *_ = graded
-    assert _points(grades, student) == {1: 3, 2: 0, 3: 0}  # exercise 1 was graded before the cell ran
-    assert [grades[student, f"dl9001-ex{k}"]["result"] for k in (1, 2, 3)] == ["passed", "flagged", "flagged"]
-    html = (out / "feedback" / student / f"{FIXTURE}.html").read_text()
-    assert "reaches into the grading machinery" in html
+    assert _points(grades, "ref_pasted") == {1: 3, 2: 2, 3: 1}
+    html = (out / "feedback" / "ref_pasted" / f"{FIXTURE}.html").read_text()
+    assert "for your instructor to review: my_causal_mask copies the package&#x27;s causal_mask" in html
+
+
+@pytest.mark.parametrize("student", ["route_getdata", "route_loadsource", "route_subprocess", "route_concat",
+                                     "route_earlier"])
+def test_routes_past_the_old_guards_find_no_reference(graded, student):
+    totals, grades, out, *_ = graded
+    assert _points(grades, student) == {1: 3, 2: 0, 3: 1}, student
+    assert grades[student, "dl9001-ex2"]["result"] == "failed"

@@ -268,7 +268,7 @@ def test_a_hostile_submission_scores_zero_and_sees_no_hidden_test(course, graded
     results = graded["hostile"]
     ex1, ex2, ex3 = results["tests"]
     assert results["score"] == 0.0, results
-    assert ex1["score"] == 0.0 and ex1["output"].startswith("flagged")
+    assert ex1["score"] == 0.0 and "causal_mask is not available while this exercise is graded" in ex1["output"]
     assert ex2["score"] == 0.0 and "allowed_pairs(64), pair by pair: wrong, in a hidden check" in ex2["output"]
     assert "expected" not in ex2["output"] and "-7" not in ex2["output"]  # the property, never a value
     assert ex3["score"] == 0.0  # it could not read the hidden tests (their answer would score 1)

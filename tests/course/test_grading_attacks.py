@@ -20,14 +20,19 @@ class                                              test
 5 a 3,000-deep tree                                 test_deep_trees_are_listed_and_removed_without_recursion
 5 a uid per job, a sized folder                     test_each_job_slot_has_its_own_uid_and_a_sized_folder
 5 a cgroup per sandbox (or why not)                 test_a_sandbox_cgroup_bounds_memory_and_processes_or_grading_says_why_not
-6 a reply forged into the pipe by a cell             test_a_reply_forged_by_a_cell_is_refused_for_want_of_the_token
-6 the arming hook, the transformer or a guard changed test_a_cell_that_changes_the_kernels_hooks_is_reported
+6 a forged reply (stack walk, pickle bomb)          test_a_forged_reply_holding_a_pickle_bomb_is_refused_at_once_without_unpickling
+6 no secret in the kernel's process                 test_the_kernel_loop_holds_no_secret_a_cell_could_read
+6 pickles, 5,000-digit ints, deep nesting, bad
+  tensors, unknown shapes in a reply                 test_every_reply_is_parsed_within_bounds_or_refused
+6 an oversized reply                                test_a_reply_over_the_size_limit_is_refused_before_it_is_read
+6 workers under memory and CPU-time limits          test_a_worker_runs_under_limits_on_memory_and_cpu_time
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import shutil
 from pathlib import Path
@@ -166,14 +171,12 @@ def test_an_oversized_notebook_is_refused_unread(course, tmp_path):
 def test_a_tensor_comes_back_without_python_state():
     import torch
 
-    from transformer_course.course.kernel import Kernel, _safe_load
+    from transformer_course.course.kernel import Kernel, encode, parse_reply
 
     tensor = torch.zeros(3)
-    tensor.sum = 6.0  # pickled with the tensor as its Python state
-    buffer = io.BytesIO()
-    torch.save(("value", tensor), buffer)
-    received = _safe_load(buffer.getvalue())[1]
-    decoded = Kernel.decode(object.__new__(Kernel), received)
+    tensor.sum = 6.0  # Python state on the tensor: it never travels
+    payload = json.dumps({"kind": "value", "value": encode(tensor, {})}).encode()
+    decoded = Kernel.decode(object.__new__(Kernel), parse_reply(payload)["value"])
     assert type(decoded) is torch.Tensor and "sum" not in vars(decoded)
     assert float(decoded.sum()) == 0.0
 
@@ -310,10 +313,8 @@ def test_each_job_slot_has_its_own_uid_and_a_sized_folder(tmp_path):
 class _NoKernel:
     """A kernel stand-in for checks that never get as far as the student's code."""
 
-    hits: set = set()
     callbacks: list = []
     deadline = None
-    tampered = ""
 
     def request(self, message):
         return {}
@@ -340,7 +341,7 @@ def test_checks_that_grow_without_bound_run_out_of_their_own_memory():
     assert outcome["message"] == "the tests ran out of memory on your answer (is it far larger than asked?)"
 
 
-# --- 6. the kernel's own hooks: a forged reply, a hook changed ----------------------------------
+# --- 6. nothing from the kernel is trusted (issue 37) ----------------------------------------------
 
 @pytest.fixture
 def kernel(tmp_path):
@@ -353,40 +354,130 @@ def kernel(tmp_path):
     (tmp_path / ".tmp").mkdir()
     started = Kernel(kernel_command(limits, tmp_path, 0, []), tmp_path, kernel_env(tmp_path), restrict(limits, 300, None))
     started.start(time.monotonic() + 120)
-    started.guard([("transformer_course.nn.masks", "causal_mask")])
+    started.deadline = time.monotonic() + 60
     yield started
     started.kill()
 
 
-FORGE = """
-import io, os, struct, torch
-buffer = io.BytesIO()
-torch.save(("", ("done", None, 0.0, 0.0, [])), buffer)  # a reply, in the protocol's own framing
-frame = struct.pack("<Q", len(buffer.getvalue())) + buffer.getvalue()
-for fd in range(3, 30):
-    try:
-        os.write(fd, frame)
-    except OSError:
-        pass
+PICKLE_BOMB = """
+import os, pickle, struct, sys
+level = []
+for _ in range(60):  # a pickle of a few hundred bytes whose str() would never end (each level shares the last)
+    level = [level, level]
+bomb = pickle.dumps(level)
+import gc  # the kernel loop's own send(), found among the live objects, and the pipe in its closure
+send = next(f for f in gc.get_objects() if getattr(f, "__qualname__", "") == "kernel_main.<locals>.send")
+pipe = dict(zip(send.__code__.co_freevars, (c.cell_contents for c in send.__closure__)))["proto_out"]
+os.write(pipe, struct.pack("<Q", len(bomb)) + bomb)
 """
 
 
-def test_a_reply_forged_by_a_cell_is_refused_for_want_of_the_token(kernel):
+def test_a_forged_reply_holding_a_pickle_bomb_is_refused_at_once_without_unpickling(kernel):
+    import time
+
     from transformer_course.course.kernel import KernelGone
 
-    assert kernel.run_cell("x = 1") is None  # an honest reply carries the request's token
-    with pytest.raises(KernelGone, match="token"):
-        kernel.run_cell(FORGE)
+    assert kernel.run_cell("x = 1") is None
+    start = time.monotonic()
+    with pytest.raises(KernelGone, match="not readable"):
+        kernel.run_cell(PICKLE_BOMB)
+    assert time.monotonic() - start < 20
 
 
-@pytest.mark.parametrize("source, said", [
-    ("import builtins\nbuiltins.__grading_arm__ = lambda step: None", "the arming hook was replaced"),
-    ("__grading_arm__ = lambda step: None", "the arming hook was replaced"),
-    ("get_ipython().ast_transformers.clear()", "the shell's transformer was removed"),
-    ("import transformer_course.nn.masks as m\nm.causal_mask = m.causal_mask.__closure__[0].cell_contents",
-     "the guard of transformer_course.nn.masks.causal_mask was replaced"),
+def test_the_kernel_loop_holds_no_secret_a_cell_could_read(kernel):
+    """The stack of a running cell, walked to the kernel's loop: no token, key or grader state there."""
+    walk = ("import gc\nsend = next(f for f in gc.get_objects() if getattr(f, '__qualname__', '') == "
+            "'kernel_main.<locals>.send')\nfound = [n for n in send.__code__.co_freevars if n in "
+            "('token', 'key', 'secret', 'hits', 'state')]")
+    assert kernel.run_cell(walk) is None
+    assert kernel.request(("get", ["found"])) == {"found": []}
+
+
+@pytest.mark.parametrize("payload, said", [
+    (b"\x80\x04\x95" + b"x" * 40, "not readable"),  # a pickle: never unpickled
+    (b'{"kind": "value", "value": ' + b"9" * 5000 + b"}", "not readable"),  # a 5,000-digit integer
+    (b'{"kind": "value", "value": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", "not readable"),
+    (b'{"kind": "value", "value": ' + b'{"__tuple__": [' * 60 + b"]}" * 60 + b"}", "nested too deep"),
+    (b'{"kind": "value", "value": {"__tensor__": ["float32", [1000000, 1000000], "AAAA"]}}', "bytes do not match"),
+    (b'{"kind": "value", "value": {"__tensor__": ["object", [1], "AAAA"]}}', "a tensor"),
+    (b'{"kind": "value", "value": {"__set__": [[1], [2]]}}', "unhashable"),
+    (b'{"kind": "value", "value": {"__class__": "os.system"}}', "unknown shape"),
+    (b'{"kind": "value", "value": {"__dict__": [[[1], 2]]}}', "a dict key"),
+    (b"[1, 2]", "out of turn"),
 ])
-def test_a_cell_that_changes_the_kernels_hooks_is_reported(kernel, source, said):
-    assert kernel.run_cell("y = 2") is None and kernel.tampered == ""
-    kernel.run_cell(source)
-    assert kernel.tampered == said
+def test_every_reply_is_parsed_within_bounds_or_refused(payload, said):
+    from transformer_course.course.kernel import Kernel, KernelGone, parse_reply
+
+    with pytest.raises(KernelGone, match=said):
+        Kernel.decode(object.__new__(Kernel), parse_reply(payload)["value"])
+
+
+def test_a_reply_over_the_size_limit_is_refused_before_it_is_read():
+    from transformer_course.course.kernel import MAX_REPLY, KernelGone, _read_frame
+
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, (MAX_REPLY + 1).to_bytes(8, "little"))
+    try:
+        with pytest.raises(KernelGone, match="more than"):
+            _read_frame(read_fd, None, MAX_REPLY)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_a_worker_runs_under_limits_on_memory_and_cpu_time(course, monkeypatch):
+    import resource
+
+    def report_limits(*args, **kwargs):
+        memory = resource.getrlimit(resource.RLIMIT_AS)[0]
+        cpu = resource.getrlimit(resource.RLIMIT_CPU)[0]
+        return grading.NotebookResult([], f"limits {memory} {cpu}", 1.0)
+
+    monkeypatch.setattr(grading, "grade_notebook", report_limits)
+    results, _ = grading.grade_many([_task(0, course)], grading.Limits(sandbox="none"), jobs=1)
+    _, memory, cpu = results[0].status.split()
+    assert int(memory) != resource.RLIM_INFINITY and int(memory) > 0
+    assert 0 < int(cpu) <= 60 + 60 + 5
+
+
+# --- 7. the Gradescope fallback sandbox (``user``): fresh folders, no network (issue 37) ------------
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="the user sandbox needs root and setpriv (as on Gradescope)")
+def test_the_user_sandbox_gives_each_kernel_a_fresh_folder_and_tmp_and_no_network(tmp_path):
+    import socket
+    import time
+
+    from transformer_course.course.sandbox import network_unshare
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.setblocking(False)
+    port = server.getsockname()[1]
+    folder = tmp_path / "grading"
+    folder.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(folder, 0o755)
+    limits = grading.Limits(sandbox="user", timeout=60.0)
+    session = grading._Session(folder, [], limits, 300, 0, None, {})
+    try:
+        first = session.start(frozenset(), time.monotonic() + 120)
+        first.deadline = time.monotonic() + 60
+        assert first.run_cell("import os\nopen('/tmp/leak-37', 'w').write('hidden 1 7 64')\n"
+                              "open('carried', 'w').write('hidden')\nhere = os.getcwd()") is None
+        here = first.request(("get", ["here"]))["here"]
+        session.stop()
+        assert not os.path.exists("/tmp/leak-37") and not os.path.exists(here)
+        second = session.start(frozenset(), time.monotonic() + 120)
+        second.deadline = time.monotonic() + 60
+        probe = (f"import glob, os, socket\nseen = glob.glob('/tmp/leak-*') + glob.glob({str(folder)!r} + '/*/carried')\n"
+                 f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n    reached = True\n"
+                 "except OSError:\n    reached = False")
+        assert second.run_cell(probe) is None
+        values = second.request(("get", ["seen", "reached"]))
+        assert values["seen"] == []
+        assert values["reached"] is (not network_unshare())
+    finally:
+        session.stop()
+        server.close()

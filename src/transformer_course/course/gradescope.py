@@ -222,7 +222,11 @@ def choose_sandbox(requested: str = "auto") -> tuple[str | None, str]:
         return None, f"bubblewrap cannot run here ({problem})"
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return None, "no sandbox: bubblewrap cannot run here and the autograder is not root with setpriv"
-    return "user", "sandbox: an unprivileged uid (bubblewrap cannot run in this container)"
+    from transformer_course.course.sandbox import network_unshare
+
+    network = ("no network" if network_unshare() else
+               "the network stays reachable: this container cannot remove it from the student's code")
+    return "user", f"sandbox: an unprivileged uid (bubblewrap cannot run in this container); {network}"
 
 
 def run(root: Path = DEFAULT_ROOT, sandbox: str = "auto") -> dict[str, Any]:

@@ -1,36 +1,40 @@
 """Grade submitted chapters exercise by exercise, with the student's code in a sandbox.
 
-Four kinds of process take part, each bounded:
+Nothing that runs in the sandbox is trusted, and nothing the grades depend on is decided there.
 
-* a **worker** per notebook (:func:`grade_many` forks one per submission, ``jobs`` at a time) runs
-  the grading of that notebook. It has a wall-clock budget; if it dies (killed, out of memory,
-  crashed) or overruns, only that notebook's row says so, and the others are graded as usual.
-* the **kernel** (:mod:`~transformer_course.course.kernel`) runs the student's cells in the sandbox
-  (:mod:`~transformer_course.course.sandbox`): a job slot's own uid, cgroup where the host has one,
-  a sized tmpfs as its folder, no network, a read-only view of the system and nothing else. It never
-  receives a hidden test's code or expected value.
-* a **checker** per exercise, forked from the worker, runs that exercise's test cell on the names
-  the kernel hands back (plain data; functions stay in the kernel and are called there), with its
-  own memory limit and deadline, callbacks into the test's functions included. A checker that
-  runs out of memory or time costs its exercise only.
-* the calling process collects the results and writes the files.
+* **The course's own run.** Once per chapter, the released notebook's own cells (not the student's)
+  run in a sandboxed kernel with the whole package (:func:`course_data`); what each cell binds is
+  kept as data (a pickle made by the course's code, relayed to the student's kernels unread, or a
+  module's name).
+* **One kernel per exercise.** Each exercise is graded in a fresh kernel (:mod:`~.kernel`), in a
+  fresh sandbox (:mod:`~.sandbox`: its own folder and /tmp, no network, limits on memory, CPU time
+  and processes), that sees the package *without* the functions and classes the exercise asks
+  students to write, nor any other public function of ``nn``, ``measure`` or ``experiments`` its
+  solution and tests do not name (:mod:`~.view`). The kernel replays the notebook up to the
+  exercise's test cell in the student's order: the student's cells run, the course's cells are
+  supplied as the data of the course's run. An answer computed with what the exercise forbids
+  therefore fails like any wrong answer, however the student reached for it, in whichever cell.
+* **A checker** per exercise, forked from the worker, runs that exercise's test cell on the names
+  the kernel hands back (plain data, decoded within bounds; functions stay in the kernel and are
+  called there), with its own memory limit and deadline. A checker that runs out of memory or time
+  costs its exercise only.
+* **A worker** per notebook (:func:`grade_many` forks one per submission, ``jobs`` at a time) under
+  limits on memory and CPU time and a wall-clock budget; if it dies or overruns, only that
+  notebook's row says so.
 
-Time is bounded per exercise: its new cells get ``timeout`` seconds, the replay of earlier cells
-after a restart one more ``timeout`` in all (however many restarts and cells), and its checks
-another ``timeout``. A cell that overruns is killed with its kernel; the exercise scores 0 as
-"timed out", a fresh kernel replays the earlier cells without the runaway one, and grading goes on.
+Time is bounded per exercise: its new cells get ``timeout`` seconds, the replay of cells that ran
+in an earlier exercise's kernel twice what they took there, and its checks another ``timeout``.
+A cell that overruns is killed with its kernel; the exercise scores 0 as "timed out", and later
+exercises replay without that cell.
 
-An exercise scores 0 as "flagged" when its answer is computed with a package function the exercise
-asks the student to write (guards record such calls at run time, however the function is reached;
-see :mod:`~transformer_course.course.kernel`), or when a function of the student's is a copy of
-that function's source (:func:`~transformer_course.course.plans.copied_references`). Every exercise
-from a student's cell on that could switch the guards off (a closure, a frame, the arming hook, the
-shell's transformers, ``gc``, code built at run time: :func:`~transformer_course.course.tampering.tampering`)
-is "flagged" without running that cell, with what was found.
+A function of the student's whose source is a copy of a package function (up to names and
+docstrings, :func:`~.plans.copied_references`) is named in the feedback for the instructor to
+review; it does not change the score.
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
 import contextlib
 import io
@@ -43,22 +47,21 @@ import signal
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from transformer_course.course.feedback import describe_error, feedback_html, safe_text  # noqa: F401 (re-exported)
-from transformer_course.course.kernel import (GRADER_MODULE, PACKAGE_HIT, Kernel, KernelGone,  # noqa: F401
-                                              KernelTimeout, RemoteError, RemoteObject, code_print)
-from transformer_course.course.plans import (ExercisePlan, InvalidNotebook, anchors, answer_closure,  # noqa: F401
-                                             course_cell_key,
-                                             armed_statements, copied_references, exercise_plans,
-                                             read_submission, reference_fingerprints, references_in_answers,
-                                             released_sources, split_hidden)
+from transformer_course.course.kernel import (GRADER_MODULE, Kernel, KernelGone, KernelTimeout,  # noqa: F401
+                                              RemoteError, RemoteObject)
+from transformer_course.course.plans import (ExercisePlan, InvalidNotebook, anchors, copied_references,  # noqa: F401
+                                             course_cell_key, exercise_plans, python_source, read_submission,
+                                             reference_fingerprints, released_sources, split_hidden)
 from transformer_course.course.sandbox import (CgroupSlot, Limits, RefusedFile, cgroup_problem,  # noqa: F401
-                                               kernel_command, kernel_env, make_cgroup, read_regular_file,
-                                               remove_cgroup, remove_tree, restrict, sandbox_problem, sandbox_uid)
-from transformer_course.course.tampering import tampering
+                                               clean_shared_folders, kernel_command, kernel_env, make_cgroup,
+                                               read_regular_file, remove_cgroup, remove_tree, restrict,
+                                               sandbox_problem, sandbox_uid)
+from transformer_course.course.view import package_view
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -71,8 +74,7 @@ class ExerciseResult:
         label: ``dlNNNN-exK``.
         title: the exercise's title.
         points, max_points: the score.
-        result: ``"passed"``, ``"failed"``, ``"timed out"``, ``"flagged"`` (used the reference
-            answer from the package) or ``"not graded"``.
+        result: ``"passed"``, ``"failed"``, ``"timed out"`` or ``"not graded"``.
         message: for the student; never a hidden test's source or expected value.
     """
 
@@ -107,117 +109,225 @@ def not_graded(plans: list[ExercisePlan], reason: str, seconds: float = 0.0) -> 
                           reason, seconds)
 
 
-# --- running the cells ----------------------------------------------------------------------------
+# --- the course's own cells, run once per chapter -------------------------------------------------
 
 START_SECONDS = 120.0
-"""Longest a kernel may take to start (the grader's own code: Python, torch, IPython, the guards)."""
+"""Longest a kernel may take to start (the grader's own code: Python, torch, IPython)."""
 
-MAX_RESTARTS = 3
-"""Restarts one exercise's replay may need (each skips a cell that overran); then it times out."""
+COURSE_SECONDS = 900.0
+"""Longest the course's own cells of one chapter may take together (they run once per grading run)."""
 
-class _Runner:
-    """Runs one notebook's cells in a kernel, restarting it (without the runaway cell) when needed."""
 
-    def __init__(self, cells: list[dict[str, Any]], workdir: Path, limits: Limits, cpu_limit: int,
-                 slot: int, files: list[Path], cgroup: CgroupSlot | None, targets: list[tuple[str, str]]) -> None:
-        self.cells, self.workdir, self.limits, self.cpu_limit = cells, workdir, limits, cpu_limit
-        self.slot, self.files, self.cgroup, self.targets = slot, files, cgroup, targets
+@dataclass
+class CourseCell:
+    """What one of the course's cells left behind: its names as data, or that it must run itself."""
+
+    values: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    run: bool = False
+    seconds: float = 0.0
+
+
+def _bound(source: str) -> list[str]:
+    """The names a cell's top-level statements bind (a cell that does not parse binds none)."""
+    from transformer_course.course.coursework import bound_names
+
+    try:
+        tree = ast.parse(python_source(source))
+    except (SyntaxError, ValueError):
+        return []
+    names = set()
+    for statement in tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(statement.name)
+        else:
+            names |= {n for n in bound_names(statement) if not any(
+                isinstance(a, ast.arg) and a.arg == n for a in ast.walk(statement))}
+    return sorted(n for n in names if n.isidentifier())
+
+
+def _readable_folder(parent: Path) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="view-", dir=parent))
+    os.chmod(folder, 0o755)  # the ``user`` sandbox's uid imports the package from here
+    return folder
+
+
+def _sandbox_folder(parent: Path, files: list[Path], limits: Limits, slot: int) -> Path:
+    """A fresh working folder for one kernel (in the ``user``/``none`` sandboxes, a copy of the files)."""
+    workdir = Path(tempfile.mkdtemp(prefix="work-", dir=parent))
+    os.chmod(workdir, 0o755)
+    if limits.sandbox in ("none", "user"):
+        (workdir / ".tmp").mkdir()
+        for path in files:
+            shutil.copyfile(path, workdir / path.name)
+        if limits.sandbox == "user":  # the kernel runs as the slot's uid: its folder is its own
+            for path in [workdir, workdir / ".tmp", *[workdir / p.name for p in files]]:
+                os.chown(path, sandbox_uid(slot), sandbox_uid(slot))
+    return workdir
+
+
+class _Session:
+    """Starts one notebook's kernels: a fresh folder and sandbox each, the exercise's view of the package."""
+
+    def __init__(self, folder: Path, files: list[Path], limits: Limits, cpu_limit: int, slot: int,
+                 cgroup: CgroupSlot | None, views: dict[frozenset, Path]) -> None:
+        self.folder, self.files, self.limits, self.cpu_limit = folder, files, limits, cpu_limit
+        self.slot, self.cgroup, self.views = slot, cgroup, views
         self.kernel: Kernel | None = None
-        self.position = 0  # the next cell to run in the current kernel
-        self.reached = 0  # cells before this one have run (or been skipped) once
-        self.cpu_seconds = 0.0  # of the kernels so far, as they reported it
-        self.skipped: set[int] = set()
-        self.errors: dict[int, tuple[str, bool]] = {}  # cell -> (error, raised while the kernel was clean)
-        self.hits: dict[int, set[str]] = {}  # cell -> guarded references called in its armed statements
-        self.durations: dict[int, float] = {}  # cell -> seconds its first run took
-        self.clean = True  # the current kernel has run no hidden check yet
-        self.tampered: tuple[int, str] | None = None  # (cell, what) once a kernel found its hooks changed
+        self.workdir: Path | None = None
+        self.cpu_seconds = 0.0  # of the kernels so far (they are killed, never waited for by a parent)
 
-    def _start(self, deadline: float) -> Kernel:
-        kernel = Kernel(kernel_command(self.limits, self.workdir, self.slot, self.files), self.workdir,
-                        kernel_env(self.workdir), restrict(self.limits, self.cpu_limit, self.cgroup))
-        try:
-            kernel.start(deadline)
-            kernel.guard(self.targets)
-        except KernelGone:
-            kernel.kill()
-            raise
-        self.clean = True
+    def view(self, absent: frozenset) -> Path | None:
+        if not absent and self.limits.sandbox == "none":  # elsewhere the package's own files may be root's only
+            return None
+        if absent not in self.views:
+            self.views[absent] = package_view(sorted(absent), _readable_folder(self.folder))[0]
+        return self.views[absent]
+
+    def start(self, absent: frozenset, deadline: float) -> Kernel:
+        self.stop()
+        self.workdir = _sandbox_folder(self.folder, self.files, self.limits, self.slot)
+        view = self.view(absent)
+        kernel = Kernel(kernel_command(self.limits, self.workdir, self.slot, self.files, view), self.workdir,
+                        kernel_env(self.workdir, view if self.limits.sandbox != "bwrap" else None),
+                        restrict(self.limits, self.cpu_limit, self.cgroup))
+        self.kernel = kernel
+        kernel.start(deadline)
         return kernel
 
     def stop(self) -> None:
         if self.kernel is not None:
+            self.cpu_seconds += self.kernel.cpu_seconds()
             self.kernel.kill()
-            self.cpu_seconds += self.kernel.cpu_seconds
             self.kernel = None
         if self.cgroup is not None:
             self.cgroup.kill()
+        if self.limits.sandbox == "user":
+            clean_shared_folders(sandbox_uid(self.slot))
+        if self.workdir is not None:
+            remove_tree(self.workdir)
+            self.workdir = None
 
-    def run_until(self, end: int, budget: float, armed: dict[int, tuple[int, ...]]) -> tuple[str, int | None]:
-        """Run cells up to (excluding) ``end``: ("ok", None) or ("timed out"/"stopped", cell).
 
-        The new cells share ``budget`` seconds, counted from the first of them. The replay of cells
-        that ran before shares one more budget in all, however many cells and restarts it takes:
-        ``limits.timeout`` plus twice what those cells took the first time (a cell slow only when
-        replayed gains nothing); a cell that overruns in a replay is skipped too, and the replay
-        starts again within what is left, at most ``MAX_RESTARTS`` times. A kernel's start runs
-        only the grader's code and has a deadline of its own.
-        """
-        deadline = None
-        replay_budget = self.limits.timeout + 2 * sum(
-            seconds for index, seconds in self.durations.items() if index < min(end, self.reached))
-        replay_deadline = None
-        restarts = 0
-        while True:
-            if self.kernel is None:
-                self.position = 0
-                restarts += 1
-                if restarts > MAX_RESTARTS + 1:
-                    return "timed out", None
-                try:  # a start runs only the grader's code: its own deadline, not the student's budget
-                    self.kernel = self._start(time.monotonic() + max(self.limits.timeout, START_SECONDS))
-                except KernelGone as gone:
-                    return ("timed out" if gone.timed_out else "stopped"), None
-                if replay_deadline is None:
-                    replay_deadline = time.monotonic() + replay_budget
+def course_data(released_notebook: Path, limits: Limits, slot: int = 0,
+                cgroup: CgroupSlot | None = None) -> dict[str, CourseCell]:
+    """Run the course's own cells of a released notebook once, in a sandboxed kernel with the whole
+    package; per cell (:func:`~.plans.course_cell_key`), the values it binds as data, or ``run=True``
+    where one cannot travel (a function the cell defines) or the cell raised."""
+    import nbformat
+
+    notebook = nbformat.read(released_notebook, as_version=4)
+    sources = [c.source for c in notebook.cells if c.cell_type == "code" and c.source.strip()
+               and "NotImplementedError" not in c.source
+               and not (c.metadata.get("nbgrader", {}).get("grade") or
+                        str(c.metadata.get("nbgrader", {}).get("grade_id", "")).endswith("-tests"))]
+    found: dict[str, CourseCell] = {}
+    folder = Path(tempfile.mkdtemp(prefix="course-"))
+    os.chmod(folder, 0o755)
+    files = [p for p in sorted(released_notebook.parent.iterdir()) if p.is_file() and not p.is_symlink()]
+    session = _Session(folder, files, limits, int(COURSE_SECONDS) + 60, slot, cgroup, {})
+    try:
+        deadline = time.monotonic() + COURSE_SECONDS
+        kernel = session.start(frozenset(), time.monotonic() + START_SECONDS)
+        kernel.deadline = deadline
+        for source in sources:
+            started = time.monotonic()
+            error = kernel.run_cell(source)
+            cell = CourseCell(seconds=time.monotonic() - started, run=error is not None)
+            for name in _bound(source) if error is None else ():
+                item = kernel.dump(name)
+                if item is None:
+                    cell.run = True
+                    break
+                cell.values.append((name, item))
+            if cell.run:
+                cell.values = []
+            found[course_cell_key(source)] = cell
+    except KernelGone:
+        pass  # the cells not reached run in the student's kernels
+    finally:
+        session.stop()
+        remove_tree(folder)
+    return found
+
+
+# --- replaying one exercise -------------------------------------------------------------------------
+
+MAX_RESTARTS = 3
+"""Restarts one exercise's replay may need (each skips a cell that overran); then it times out."""
+
+
+class _Replay:
+    """One notebook's exercises, each replayed in a fresh kernel up to its test cell."""
+
+    def __init__(self, cells: list[dict[str, Any]], course: dict[str, CourseCell], session: _Session,
+                 student: set[int]) -> None:
+        self.cells, self.course, self.session, self.student = cells, course, session, student
+        self.skipped: set[int] = set()
+        self.durations: dict[int, float] = {}  # cell -> seconds its first run took
+        self.errors: dict[int, str] = {}  # cell -> its error, in the last replay that ran it
+        self.read: dict[int, set[str]] = {}  # cell -> the names it may read
+
+    def _reads(self, index: int) -> set[str]:
+        """Every identifier, attribute and identifier-like string a cell mentions (what it may read)."""
+        if index not in self.read:
+            try:
+                tree = ast.parse(python_source(self.cells[index]["source"]))
+                self.read[index] = {n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute)
+                                    else n.value for n in ast.walk(tree) if isinstance(n, (ast.Name, ast.Attribute))
+                                    or isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier()}
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self.read[index] = set()
+        return self.read[index]
+
+    def run(self, end: int, absent: frozenset, timeout: float, names: tuple[str, ...] = ()) -> tuple[str, int | None]:
+        """Replay cells up to (excluding) ``end``: ("ok", None) or ("timed out"/"stopped", cell).
+
+        A course cell's values are supplied when the test (``names``), a student's cell or a course
+        cell that runs may read them."""
+        needed = set(names)
+        for index in range(end):
+            data = self.course.get(course_cell_key(self.cells[index]["source"]))
+            if index in self.student or data is None or data.run:
+                needed |= self._reads(index)
+        for _ in range(MAX_RESTARTS + 1):
+            known = sum(s for i, s in self.durations.items() if i < end and i not in self.skipped)
+            course = sum(self.course[k].seconds for i in range(end)
+                         if (k := course_cell_key(self.cells[i]["source"])) in self.course and self.course[k].run)
+            try:
+                kernel = self.session.start(absent, time.monotonic() + max(timeout, START_SECONDS))
+            except KernelGone as gone:
+                return ("timed out" if gone.timed_out else "stopped"), None
+            kernel.deadline = time.monotonic() + timeout + 2 * (known + course)
             current = None
             try:
-                while self.position < end:
-                    index = self.position
+                for index in range(end):
                     cell = self.cells[index]
                     if index in self.skipped or cell["test"] or not cell["source"].strip():
-                        self.position += 1
                         continue
                     current = index
-                    replay = index < self.reached
-                    if not replay and deadline is None:
-                        deadline = time.monotonic() + budget
-                    self.kernel.deadline = replay_deadline if replay else deadline
-                    self.kernel.hits = set()
+                    data = self.course.get(course_cell_key(cell["source"])) if index not in self.student else None
+                    if data is not None and not data.run:
+                        for name, item in data.values:
+                            if name in needed:
+                                kernel.inject(name, item)
+                        continue
                     started = time.monotonic()
-                    error = self.kernel.run_cell(cell["source"], armed.get(index, ()))
-                    if not replay:
-                        self.durations[index] = time.monotonic() - started
-                    if self.kernel.hits:
-                        self.hits.setdefault(index, set()).update(self.kernel.hits)
-                    if self.kernel.tampered and self.tampered is None:
-                        self.tampered = (index, self.kernel.tampered)
+                    error = kernel.run_cell(cell["source"])
+                    self.durations.setdefault(index, time.monotonic() - started)
                     if error:
-                        self.errors[index] = (error, self.clean)
-                    self.position += 1
-                    self.reached = max(self.reached, self.position)
+                        self.errors[index] = error
+                    else:
+                        self.errors.pop(index, None)
                 return "ok", None
             except KernelGone as gone:
-                self.stop()
+                self.session.stop()
                 if current is None:
                     return ("timed out" if gone.timed_out else "stopped"), None
                 self.skipped.add(current)
-                if current < self.reached:
-                    if replay_deadline is not None and time.monotonic() < replay_deadline:
-                        continue
+                if current not in self.durations:  # a new cell of this exercise: it times out
+                    self.durations[current] = 0.0
                     return ("timed out" if gone.timed_out else "stopped"), current
-                self.reached = current + 1
-                return ("timed out" if gone.timed_out else "stopped"), current
+        return "timed out", None
 
 
 # --- the checks, in a process of their own ------------------------------------------------------
@@ -228,23 +338,6 @@ def _virtual_memory() -> int:
             if line.startswith("VmSize:"):
                 return int(line.split()[1]) * 1024
     return 0
-
-
-def _reference_prints(targets: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    """code_print -> reference name, for the reference functions and the methods of reference classes."""
-    import importlib
-
-    found = {}
-    for module_name, name in targets:
-        try:
-            obj = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError):
-            continue
-        for function in ([obj] if not isinstance(obj, type) else list(vars(obj).values())):
-            printed = code_print(function)
-            if printed:
-                found[printed] = name
-    return found
 
 
 def _run_checks(kernel: Kernel, plan: ExercisePlan, timeout: float, clean: bool) -> dict[str, Any]:
@@ -269,7 +362,7 @@ def _run_checks(kernel: Kernel, plan: ExercisePlan, timeout: float, clean: bool)
             setattr(checks, attribute, named(getattr(checks, attribute)))
     torch.manual_seed(0)  # the same random test inputs for every student and every run
     kernel.deadline = time.monotonic() + timeout
-    kernel.callbacks, kernel.hits = [], set()
+    kernel.callbacks = []
     hidden, hidden_started = False, False
     namespace: dict[str, Any] = {"__name__": GRADER_MODULE, "__builtins__": builtins}
     outcome = {"result": "passed", "message": "", "kernel_ok": True}
@@ -277,10 +370,6 @@ def _run_checks(kernel: Kernel, plan: ExercisePlan, timeout: float, clean: bool)
         fetched = kernel.request(("get", list(plan.names)))
         if isinstance(fetched, dict):
             namespace.update({k: v for k, v in fetched.items() if k in plan.names})
-            prints = _reference_prints(plan.targets)
-            for value in fetched.values():  # a function compiled from the reference's source
-                if isinstance(value, RemoteObject) and value._code in prints:
-                    kernel.hits.add(prints[value._code])
         for code, hidden in plan.parts:
             hidden_started = hidden_started or hidden
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
@@ -301,7 +390,7 @@ def _run_checks(kernel: Kernel, plan: ExercisePlan, timeout: float, clean: bool)
         clean_here = clean and not (hidden_started and not hidden)
         outcome = {"result": "failed", "kernel_ok": True, "visible_unclean": not hidden and not clean_here,
                    "message": describe_error(error, hidden, clean_here, getattr(error, "check_name", None))}
-    outcome.update(hits=sorted(kernel.hits), hidden_started=hidden_started, tampered=kernel.tampered)
+    outcome.update(hidden_started=hidden_started)
     return outcome
 
 
@@ -310,6 +399,22 @@ def _write_all(fd: int, payload: bytes) -> None:
     view = memoryview(payload)
     while view:
         view = view[os.write(fd, view):]
+
+
+def _read_bounded(fd: int, deadline: float, limit: int) -> bytes | None:
+    """Everything written to ``fd`` until it closes; None past ``deadline`` or beyond ``limit`` bytes."""
+    chunks, total = [], 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            return None
+        chunks.append(chunk)
 
 
 def _checker(kernel: Kernel, plan: ExercisePlan, limits: Limits, clean: bool) -> dict[str, Any]:
@@ -331,121 +436,75 @@ def _checker(kernel: Kernel, plan: ExercisePlan, limits: Limits, clean: bool) ->
         finally:
             os._exit(code)
     os.close(write_fd)
-    chunks, deadline = [], time.monotonic() + limits.timeout + min(10.0, limits.timeout)
     try:
-        while True:
-            left = deadline - time.monotonic()
-            ready = select.select([read_fd], [], [], max(left, 0))[0] if left > 0 else []
-            if not ready:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                return {"result": "timed out", "kernel_ok": False, "hits": [], "hidden_started": True,
-                        "message": f"timed out: the tests ran longer than {limits.timeout:g} s on your answer "
-                                   "and were stopped; the other exercises were graded without it"}
-            chunk = os.read(read_fd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
+        data = _read_bounded(read_fd, time.monotonic() + limits.timeout + min(10.0, limits.timeout), 2**20)
     finally:
         os.close(read_fd)
+    if data is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return {"result": "timed out", "kernel_ok": False, "hidden_started": True,
+                "message": f"timed out: the tests ran longer than {limits.timeout:g} s on your answer "
+                           "and were stopped; the other exercises were graded without it"}
     _, status = os.waitpid(pid, 0)
-    try:
-        outcome = json.loads(b"".join(chunks))
+    with contextlib.suppress(ValueError):
+        outcome = json.loads(data)
         if isinstance(outcome, dict) and outcome.get("result") in ("passed", "failed", "timed out"):
             return outcome
-    except ValueError:
-        pass
     how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {os.waitstatus_to_exitcode(status)}"
-    return {"result": "failed", "kernel_ok": False, "hits": [], "hidden_started": True,
+    return {"result": "failed", "kernel_ok": False, "hidden_started": True,
             "message": f"the tests stopped on your answer ({how}: out of memory or CPU time?)"}
 
 
-def _check_exercise(runner: _Runner, plan: ExercisePlan, cells: list[dict[str, Any]], limits: Limits,
-                    segment: tuple[int, int], armed_cells: dict[int, set[str]],
-                    copies: dict[str, str], armed: dict[int, tuple[int, ...]], closure: set[str]) -> ExerciseResult:
-    """Grade one exercise: reference calls recorded so far, then its test cell in a checker."""
+def _check_exercise(replay: _Replay, plan: ExercisePlan, end: int, absent: frozenset, limits: Limits,
+                    segment: tuple[int, int], copies: dict[str, str]) -> ExerciseResult:
+    """Grade one exercise: its test cell in a checker, against the kernel its replay left."""
     def result(points: float, outcome: str, message: str) -> ExerciseResult:
+        review = [f"{name} copies the package's {reference}" for name, reference in sorted(copies.items())
+                  if name in plan.answers]
+        if review:
+            message = (message + " " if message else "") + \
+                f"(for your instructor to review: {'; '.join(review)})"
         return ExerciseResult(plan.label, plan.title, points, plan.max_points, outcome, safe_text(message, 1000))
 
-    references = set(plan.references)
-    start, end = segment
-    used = set()
-    for index, names in runner.hits.items():
-        if index < end and (start <= index or armed_cells.get(index, set()) & set(plan.answers)):
-            used |= (names & references) | _unexpected(names, plan)
-    copied = {reference for name, reference in copies.items() if name in closure} & references
-    if not used and not copied:
-        outcome = _checker(runner.kernel, plan, limits, runner.clean)
-        if outcome.get("hidden_started"):
-            runner.clean = False
-        if not outcome.get("kernel_ok"):
-            runner.stop()
-        used |= (set(outcome.get("hits") or []) & references) | _unexpected(set(outcome.get("hits") or []), plan)
-        if outcome.get("tampered"):  # the student's code changed the kernel's hooks while the tests ran
-            runner.tampered = runner.tampered or (start, str(outcome["tampered"]))
-            return result(0.0, "flagged", f"your code changed the grader's hooks while the tests ran "
-                          f"({outcome['tampered']}); every exercise from here on scores 0 and is flagged "
-                          "for your instructor to review")
-        if outcome.get("visible_unclean") and not used:
-            # The full message of a failed visible check comes from a kernel that never ran a hidden
-            # check: a fresh one, replayed to here (only failing exercises pay for it).
-            runner.stop()
-            if runner.run_until(end, limits.timeout, armed)[0] == "ok":
-                again = _checker(runner.kernel, plan, limits, True)
-                runner.clean = not again.get("hidden_started")
-                if not again.get("kernel_ok"):
-                    runner.stop()
-                used |= (set(again.get("hits") or []) & references) | _unexpected(set(again.get("hits") or []), plan)
-                if again["result"] == "failed" and not again.get("visible_unclean"):
-                    outcome["message"] = again["message"]
-    if used or copied:
-        what = ", ".join(sorted(used | copied))
-        how = "is computed with" if used else "copies the source of"
-        return result(0.0, "flagged", f"your answer {how} {what} from transformer_course, which this exercise "
-                      "asks you to write yourself (or does not give you); it scores 0 (checking your answer "
-                      "against it in a separate line, with print or assert, is fine)")
+    outcome = _checker(replay.session.kernel, plan, limits, True)
+    if outcome.get("visible_unclean"):
+        # The full message of a failed visible check comes from a kernel that never ran a hidden
+        # check: a fresh one, replayed to here (only failing exercises pay for it).
+        if replay.run(end, absent, limits.timeout, plan.names)[0] == "ok":
+            again = _checker(replay.session.kernel, plan, limits, True)
+            if again["result"] == "failed" and not again.get("visible_unclean"):
+                outcome["message"] = again["message"]
+    replay.session.stop()
     if outcome["result"] == "passed":
         return result(plan.max_points, "passed", "")
     if outcome["result"] == "timed out":
         return result(0.0, "timed out", outcome["message"])
+    cells = replay.cells
     solution = next((i for i, c in enumerate(cells) if c["grade_id"] == f"{plan.label}-solution"), None)
-    if runner.errors.get(solution, ("", True))[0].startswith("NotImplementedError"):
+    if replay.errors.get(solution, "").startswith("NotImplementedError"):
         return result(0.0, "failed", "not answered: the solution cell still raises NotImplementedError")
     message = str(outcome.get("message", ""))
-    segment_errors = [(f"cell {cells[i]['index']} raised {text}" if clean else
-                       f"cell {cells[i]['index']} raised an exception")
-                      for i, (text, clean) in sorted(runner.errors.items()) if start <= i < end]
+    start, stop = segment
+    segment_errors = [f"cell {cells[i]['index']} raised {text}" for i, text in sorted(replay.errors.items())
+                      if start <= i < stop and i in replay.student]
     if segment_errors:
         message += " (" + "; ".join(segment_errors)[:400] + ")"
+    missing = sorted(name for name in plan.references if any(
+        f"'{name}'" in replay.errors[i] for i in replay.errors if i < stop and i in replay.student))
+    if missing:
+        message += (f"; {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not available while this "
+                    "exercise is graded: the exercise asks you to write it")
     return result(0.0, "failed", message)
-
-
-def _unexpected(hits: set[str], plan: ExercisePlan) -> set[str]:
-    """The watched package functions among ``hits`` that the exercise's solution and tests never name,
-    as ``qualname`` (``"dilated_sliding_window_mask"``, ``"RollingAttentionCache.attend"``)."""
-    found = set()
-    for hit in hits:
-        if hit.startswith(PACKAGE_HIT) and ":" in hit:
-            qualname = hit.split(":", 1)[1]
-            if qualname.split(".")[0] not in plan.allowed:
-                found.add(qualname)
-    return found
-
-
-def _tampering_result(plan: ExercisePlan, cell: int, found: list[tuple[int, str]]) -> ExerciseResult:
-    """An exercise graded after a cell that reaches into the grader: flagged, with what was found."""
-    what = "; ".join(f"line {line}: {text}" if line else text for line, text in found[:5]) + \
-        ("; ..." if len(found) > 5 else "")
-    message = (f"cell {cell} reaches into the grading machinery ({what}); a graded notebook may not, so every "
-               "exercise from that cell on scores 0 and is flagged for your instructor to review")
-    return ExerciseResult(plan.label, plan.title, 0.0, plan.max_points, "flagged", safe_text(message, 1000))
 
 
 # --- one notebook -------------------------------------------------------------------------------
 
 def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released_folder: Path | None,
-                   limits: Limits = Limits(), slot: int = 0, cgroup: CgroupSlot | None = None) -> NotebookResult:
+                   limits: Limits = Limits(), slot: int = 0, cgroup: CgroupSlot | None = None,
+                   course: dict[str, CourseCell] | None = None,
+                   views: dict[frozenset, Path] | None = None) -> NotebookResult:
     """Grade one student's notebook against the instructor's test cells.
 
     Args:
@@ -456,6 +515,8 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
             to the notebook in the sandbox, and its notebook says which cells the student wrote.
         limits: time, memory and sandbox settings.
         slot: the job slot (its uid in the sandbox); cgroup: the slot's cgroup, if any.
+        course: the chapter's :func:`course_data` (computed here when not given).
+        views: package views already built, by the names they lack (reused across notebooks).
 
     Returns:
         The exercises' results and a status line ("graded", "graded; timed out in dl0028-ex2",
@@ -470,21 +531,20 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
     except (InvalidNotebook, RefusedFile) as error:
         return not_graded(plans, str(error), time.monotonic() - start)
     chapter = instructor_notebook.stem
-    released = released_sources(released_folder / f"{chapter}.ipynb" if released_folder else None)
+    released_notebook = released_folder / f"{chapter}.ipynb" if released_folder else None
+    released = released_sources(released_notebook)
+    if course is None:
+        course = course_data(released_notebook, limits, slot, cgroup) \
+            if released_notebook is not None and released_notebook.is_file() else {}
     student = {i for i, c in enumerate(cells) if course_cell_key(c["source"]) not in released and not c["test"]}
-    anchored = anchors(cells, plans)
-    targets = sorted({t for p in plans for t in p.targets})
-    student_sources = [cells[i]["source"] for i in sorted(student)]
-    closure = answer_closure(student_sources, tuple(a for p in plans for a in p.answers))
-    armed = {i: armed_statements(cells[i]["source"], closure) for i in student}
-    binds = {i: answer_closure([cells[i]["source"]], ()) | _bound(cells[i]["source"]) for i in student}
-    copies = copied_references(student_sources, reference_fingerprints(tuple(targets)))
-    tampered = next(((i, found) for i in sorted(student) if (found := tampering(cells[i]["source"]))), None)
+    copies = copied_references([cells[i]["source"] for i in sorted(student)],
+                               reference_fingerprints(tuple(sorted({t for p in plans for t in p.targets}))))
     results: dict[str, ExerciseResult] = {}
     timed_out: list[str] = []
     cpu_limit = int(limits.timeout * (3 * len(plans) + 2) + 60)
     folder = Path(tempfile.mkdtemp(prefix="grading-"))
-    runner = None
+    os.chmod(folder, 0o755)
+    session = None
     try:
         stage = folder / "files"
         stage.mkdir()
@@ -496,32 +556,19 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
                     files.append(stage / item.name)
         (stage / f"{chapter}.ipynb").write_bytes(data)
         files.append(stage / f"{chapter}.ipynb")
-        for path in [folder, stage, *files]:
+        for path in [stage, *files]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
-        workdir = folder / "work"
-        if limits.sandbox in ("none", "user"):
-            shutil.copytree(stage, workdir)
-            (workdir / ".tmp").mkdir()
-            if limits.sandbox == "user":  # the kernel runs as the slot's uid: its folder is its own
-                for path in [workdir, workdir / ".tmp", *workdir.iterdir()]:
-                    os.chown(path, sandbox_uid(slot), sandbox_uid(slot))
-        else:
-            workdir.mkdir()  # the kernel's cwd on the host; in the sandbox a tmpfs is mounted there
-        runner = _Runner(cells, workdir, limits, cpu_limit, slot, files, cgroup, targets)
+        session = _Session(folder, files, limits, cpu_limit, slot, cgroup, {} if views is None else views)
+        replay = _Replay(cells, course, session, student)
         previous_end = 0
-        for plan, anchor in anchored:
+        for plan, anchor in anchors(cells, plans):
             end = len(cells) if anchor is None else anchor + 1
-            if tampered is not None and tampered[0] < end:  # the cell would run before this exercise's checks
-                results[plan.label] = _tampering_result(plan, cells[tampered[0]]["index"], tampered[1])
-                continue
-            state, cell = runner.run_until(end, limits.timeout, armed)
-            if runner.tampered is not None:  # seen by the kernel itself: a route the static reading missed
-                results[plan.label] = _tampering_result(plan, cells[runner.tampered[0]]["index"],
-                                                        [(0, runner.tampered[1])])
-                continue
+            absent = frozenset(plan.absent)
             segment = (previous_end, end)
             previous_end = max(previous_end, end)
+            state, cell = replay.run(end, absent, limits.timeout, plan.names)
             if state != "ok":
+                session.stop()
                 where = f"cell {cells[cell]['index']}" if cell is not None else "starting the notebook"
                 what = (f"timed out: {where} ran longer than the time left ({limits.timeout:g} s per exercise) "
                         "and was stopped" if state == "timed out" else
@@ -532,35 +579,21 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
                 if state == "timed out":
                     timed_out.append(plan.label)
                 continue
-            results[plan.label] = _check_exercise(runner, plan, cells, limits, segment, binds, copies, armed,
-                                                  answer_closure(student_sources, plan.answers))
+            results[plan.label] = _check_exercise(replay, plan, end, absent, limits, segment, copies)
             if results[plan.label].result == "timed out":
                 timed_out.append(plan.label)
     finally:
-        if runner is not None:
-            runner.stop()
+        if session is not None:
+            session.stop()
         remove_tree(folder)
     ordered = [results[p.label] for p in plans]
     status = "graded" if not timed_out else f"graded; timed out in {', '.join(sorted(timed_out))}"
     return NotebookResult(ordered, status, time.monotonic() - start,
-                          _cpu_time() - cpu_start + (runner.cpu_seconds if runner else 0.0))
-
-
-def _bound(source: str) -> set[str]:
-    import ast
-
-    from transformer_course.course.coursework import bound_names
-    from transformer_course.course.plans import _python_source
-
-    try:
-        tree = ast.parse(_python_source(source))
-    except (SyntaxError, ValueError):
-        return set()
-    return {name for statement in tree.body for name in bound_names(statement)}
+                          _cpu_time() - cpu_start + (session.cpu_seconds if session else 0.0))
 
 
 def _cpu_time() -> float:
-    """CPU seconds used by this process and its waited-for children (the checkers)."""
+    """CPU seconds used by this process and its waited-for children (kernels and checkers)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
@@ -581,28 +614,31 @@ class Task:
 
 def notebook_budget(limits: Limits, exercises: int) -> float:
     """Wall-clock seconds after which a notebook's worker is killed: every budget of every exercise
-    (its cells, one replay, its checks), kernel starts, and a margin."""
-    return limits.timeout * (3 * exercises + 2) + 120
+    (its cells, its replay, its checks), kernel starts, and a margin."""
+    return limits.timeout * (3 * exercises + 2) + 120 + 15 * exercises
+
+
+WORKER_MB = 4096
+"""Memory (address space) a notebook's worker may use on top of what the grader had when it forked."""
 
 
 def grade_many(tasks: list[Task], limits: Limits, jobs: int = 1,
                on_done: Any = None) -> tuple[dict[Any, NotebookResult | str], str | None]:
     """Grade ``tasks``, ``jobs`` at a time, each in a forked worker process with its own job slot.
 
+    The course's own run of each chapter (:func:`course_data`) and the package views are made once,
+    here, and shared by the workers.
+
     Returns:
         Per key a :class:`NotebookResult`, or a string saying why that notebook's grading died
         (killed, out of memory, over its budget); and why sandboxes got no cgroup (None if they did).
     """
-    jobs = max(1, int(jobs))
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs: expected a positive int, got {jobs!r}")
     import torch  # imported once here, not in every worker
 
-    from transformer_course.course.plans import _python_source
-
     torch.set_num_threads(1)
-    _python_source("pass")
-    for chapter in {t.instructor_notebook for t in tasks}:  # warms the imports the plans need
-        with contextlib.suppress(Exception):
-            reference_fingerprints(tuple({x for p in exercise_plans(chapter) for x in p.targets}))
+    python_source("pass")
     groups: dict[int, CgroupSlot | None] = {}
     cgroup_note = None
     if limits.sandbox != "none":
@@ -616,6 +652,23 @@ def grade_many(tasks: list[Task], limits: Limits, jobs: int = 1,
                 groups = {}
                 break
             groups[slot] = group
+    shared = Path(tempfile.mkdtemp(prefix="grading-views-"))
+    os.chmod(shared, 0o755)
+    views: dict[frozenset, Path] = {}
+    courses: dict[Path, dict[str, CourseCell]] = {}
+    for task in tasks:
+        chapter = task.instructor_notebook
+        if chapter in courses:
+            continue
+        released = task.released_folder / f"{chapter.stem}.ipynb" if task.released_folder else None
+        try:
+            courses[chapter] = course_data(released, limits, 0, groups.get(0)) if released and released.is_file() else {}
+            for plan in exercise_plans(chapter):
+                absent = frozenset(plan.absent)
+                if absent and absent not in views:
+                    views[absent] = package_view(sorted(absent), _readable_folder(shared))[0]
+        except Exception:  # noqa: BLE001 (each worker then says what is wrong with its chapter)
+            courses[chapter] = {}
     results: dict[Any, NotebookResult | str] = {}
     pending = list(tasks)
     running: dict[int, tuple[Task, int, int, list[bytes], float, float]] = {}
@@ -627,7 +680,8 @@ def grade_many(tasks: list[Task], limits: Limits, jobs: int = 1,
                 read_fd, write_fd = os.pipe()
                 pid = os.fork()
                 if pid == 0:
-                    _worker(task, limits, slot, groups.get(slot), read_fd, write_fd)
+                    _worker(task, limits, slot, groups.get(slot), read_fd, write_fd,
+                            courses.get(task.instructor_notebook), views)
                 os.close(write_fd)
                 running[pid] = (task, slot, read_fd, [], time.monotonic() + task.budget, time.monotonic())
             now = time.monotonic()
@@ -638,9 +692,9 @@ def grade_many(tasks: list[Task], limits: Limits, jobs: int = 1,
             for fd in ready:
                 pid = fds[fd]
                 chunk = os.read(fd, 1 << 16)
-                if chunk:
+                if chunk and sum(map(len, running[pid][3])) < 2**22:
                     running[pid][3].append(chunk)
-                else:
+                elif not chunk:
                     finished.append((pid, None))
             now = time.monotonic()
             for pid, r in running.items():
@@ -678,20 +732,29 @@ def grade_many(tasks: list[Task], limits: Limits, jobs: int = 1,
         for group in groups.values():
             if group is not None:
                 remove_cgroup(group)
+        remove_tree(shared)
     return results, cgroup_note
 
 
-def _worker(task: Task, limits: Limits, slot: int, cgroup: CgroupSlot | None, read_fd: int, write_fd: int) -> None:
-    """The forked worker: grade one notebook, write its result as JSON, exit (never returns)."""
+def _worker(task: Task, limits: Limits, slot: int, cgroup: CgroupSlot | None, read_fd: int, write_fd: int,
+            course: dict[str, CourseCell] | None, views: dict[frozenset, Path]) -> None:
+    """The forked worker: grade one notebook under limits on memory and CPU time, write its result
+    as JSON, exit (never returns)."""
     code = 0
     try:
         os.close(read_fd)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        memory = _virtual_memory() + WORKER_MB * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        cpu = int(task.budget) + 60
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         try:
             import torch
 
             torch.set_num_threads(1)
-            result = grade_notebook(task.data, task.instructor_notebook, task.released_folder, limits, slot, cgroup)
+            result = grade_notebook(task.data, task.instructor_notebook, task.released_folder, limits, slot, cgroup,
+                                    course, views)
             payload = result.to_json()
         except Exception as error:  # noqa: BLE001 (one broken submission never stops the others)
             payload = json.dumps({"exercises": [], "status": safe_text(f"grader error: {type(error).__name__}: "

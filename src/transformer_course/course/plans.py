@@ -1,16 +1,20 @@
-"""What is graded: each exercise's plan (from the instructor's notebook), the student's cells, and
-reference-answer detection.
+"""What is graded: each exercise's plan (from the instructor's notebook), and the student's cells.
 
-Reference answers are detected at run time (see :mod:`transformer_course.course.kernel`): this module
-says which package functions each exercise guards (:attr:`ExercisePlan.targets`) and which statements
-of a student's cells to arm (:func:`armed_statements`). Copies of the package's source are a separate,
-static question: :func:`copied_references` compares the normalised AST of each function a student wrote
-with those of the references.
+An exercise's plan says which package names its graded replay must not reach
+(:attr:`ExercisePlan.absent`, removed from the kernel's view of the package by
+:mod:`~transformer_course.course.view`): the *references* (what the test imports and the solution
+never names: the functions and classes the exercise asks students to write), and every other
+public function of ``nn``, ``measure`` and ``experiments`` that neither the solution, nor the test,
+nor the package's classes use (another function that would compute the answer). Copies of the
+package's source are a separate, static question, answered for the instructor only:
+:func:`copied_references` compares the normalised AST of each function a student wrote with those
+of the references.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
 import json
@@ -33,8 +37,9 @@ class ExercisePlan:
         answers: the names the exercise asks for (read by the test, bound by the solution).
         references: package names the answers must not be computed with.
         targets: where those names live, ``(module, name)``: what the kernel guards.
-        allowed: every identifier the solution and the test cell use: the package functions an
-            answer may be computed with (any other is flagged, see ``kernel.PACKAGE_HIT``).
+        allowed: every identifier the solution and the test cell use.
+        absent: what the exercise's graded replay cannot reach, ``(module, name)``: the targets,
+            and the package functions nothing allowed needs (see :func:`absent_names`).
     """
 
     label: str
@@ -46,6 +51,7 @@ class ExercisePlan:
     references: tuple[str, ...]
     targets: tuple[tuple[str, str], ...] = ()
     allowed: tuple[str, ...] = ()
+    absent: tuple[tuple[str, str], ...] = ()
 
 
 _HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n(.*?)^[ \t]*### END HIDDEN TESTS[^\n]*(?:\n|$)",
@@ -72,25 +78,14 @@ def _identifiers(node: ast.AST) -> set[str]:
 def _used_names(source: str) -> set[str]:
     """Every identifier a cell mentions: names, attributes and imported names."""
     try:
-        tree = ast.parse(_python_source(source))
+        tree = ast.parse(python_source(source))
     except SyntaxError:
         return set()
     imported = {part for node in ast.walk(tree) if isinstance(node, ast.alias) for part in node.name.split(".")}
     return _identifiers(tree) | imported
 
 
-def references_in_answers(source: str, answers: tuple[str, ...], references: tuple[str, ...]) -> set[str]:
-    """The reference names a solution cell computes its answers with.
-
-    Follows what each answer is made of within the cell: the body of a function the exercise asks
-    for, the right-hand side of an assignment to an answer, an import under an answer's name, and
-    (transitively) the helpers and variables those use. A reference used only to check an answer
-    (``print(score_counts(8192, window=256))``) does not count.
-    """
-    return answer_closure([source], answers) & set(references)
-
-
-def _python_source(source: str) -> str:
+def python_source(source: str) -> str:
     from IPython.core.inputtransformer2 import TransformerManager
 
     return TransformerManager().transform_cell(source)
@@ -128,14 +123,57 @@ def exercise_plans(instructor_notebook: Path) -> list[ExercisePlan]:
         test = cell_source(cells.get(f"{exercise.label}-tests", {}))
         solution = cell_source(cells.get(f"{exercise.label}-solution", {}))
         parts = split_hidden(test)
+        targets = tuple(sorted(_reference_names(test, solution)))
+        allowed = tuple(sorted(_used_names(test) | _used_names(solution)))
         plans.append(ExercisePlan(
             label=exercise.label, title=exercise.title, max_points=float(exercise.test_points or 0),
             parts=tuple(parts), names=tuple(sorted(free_names(test))),
             answers=tuple(sorted(free_names(test) & bound_names(ast.parse(solution)))),
-            references=tuple(sorted({name for _, name in _reference_names(test, solution)})),
-            targets=tuple(sorted(_reference_names(test, solution))),
-            allowed=tuple(sorted(_used_names(test) | _used_names(solution)))))
+            references=tuple(sorted({name for _, name in targets})), targets=targets, allowed=allowed,
+            absent=absent_names(targets, set(allowed))))
     return plans
+
+
+WATCHED_PACKAGES = ("transformer_course.nn", "transformer_course.measure", "transformer_course.experiments")
+"""Subpackages whose public functions an exercise's replay lacks unless something allowed needs them."""
+
+
+@functools.lru_cache(maxsize=1)
+def _package_definitions() -> dict[tuple[str, str], frozenset[str]]:
+    """Every top-level function and class of the package, ``(module, name)``, with the identifiers
+    its body uses (read from the source, not imported)."""
+    from transformer_course.course.view import _module_name, package_folder
+
+    root = package_folder()
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        module = _module_name(path, root)
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found[(module, node.name)] = frozenset(_identifiers(node))
+    return found
+
+
+def absent_names(targets: tuple[tuple[str, str], ...], allowed: set[str]) -> tuple[tuple[str, str], ...]:
+    """What an exercise's replay lacks: ``targets``, and each public function of
+    :data:`WATCHED_PACKAGES` that no allowed name, no class and no kept function uses (by name)."""
+    definitions = _package_definitions()
+    kept = {key for key in definitions if key[1] in allowed or (
+        not key[0].startswith(WATCHED_PACKAGES) or key[1].startswith("_") or
+        isinstance(key, tuple) and key[1][:1].isupper())} - set(targets)
+    todo = list(kept)
+    by_name: dict[str, list[tuple[str, str]]] = {}
+    for key in definitions:
+        by_name.setdefault(key[1], []).append(key)
+    while todo:
+        for name in definitions[todo.pop()]:
+            for key in by_name.get(name, ()):
+                if key not in kept and key not in targets:
+                    kept.add(key)
+                    todo.append(key)
+    return tuple(sorted(set(targets) | (set(definitions) - kept)))
 
 
 # --- the student's notebook ---------------------------------------------------------------------
@@ -191,85 +229,6 @@ def anchors(cells: list[dict[str, Any]], plans: list[ExercisePlan]) -> list[tupl
     return found + [p for p in anchored if p[1] is None]
 
 
-
-
-# --- which statements to arm --------------------------------------------------------------------
-
-DYNAMIC = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "setattr", "__import__",
-                     "import_module", "update", "__setitem__", "setdefault", "run_cell", "run_line_magic",
-                     "run_cell_magic", "get_ipython", "push", "__dict__", "modules", "reload", "getattr",
-                     "__builtins__", "builtins"})
-"""Names whose use in a statement may bind an answer without an assignment a parser can see."""
-
-
-MAX_PARSED_CELL = 200_000
-"""Characters: a longer cell is never parsed (it is armed whole); parsing is not free."""
-
-
-def _parse_cell(source: str) -> ast.Module | None:
-    if len(source) > MAX_PARSED_CELL:
-        return None
-    try:
-        return ast.parse(_python_source(source))
-    except (SyntaxError, ValueError):
-        return None
-
-
-def _made_of(trees: list[ast.Module]) -> dict[str, set[str]]:
-    """A name bound in the cells -> the identifiers its definitions use."""
-    made_of: dict[str, set[str]] = {}
-    for tree in trees:
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                made_of.setdefault(node.name, set()).update(_identifiers(node))
-            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:
-                    for name in ast.walk(target):
-                        if isinstance(name, ast.Name):
-                            made_of.setdefault(name.id, set()).update(_identifiers(node.value))
-            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                for name in ast.walk(node.target):
-                    if isinstance(name, ast.Name):
-                        made_of.setdefault(name.id, set()).update(_identifiers(node.iter))
-            elif isinstance(node, (ast.With, ast.AsyncWith)):
-                for item in node.items:
-                    if item.optional_vars is not None:
-                        for name in ast.walk(item.optional_vars):
-                            if isinstance(name, ast.Name):
-                                made_of.setdefault(name.id, set()).update(_identifiers(item.context_expr))
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                for alias in node.names:
-                    bound = (alias.asname or alias.name).split(".")[0]
-                    made_of.setdefault(bound, set()).update(alias.name.split("."))
-    return made_of
-
-
-def answer_closure(sources: list[str], answers: tuple[str, ...]) -> set[str]:
-    """The names the answers are made of, across the given cells (the answers included)."""
-    made_of = _made_of([t for t in map(_parse_cell, sources) if t is not None])
-    seen, todo = set(), list(answers)
-    while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo.extend(made_of.get(name, ()))
-    return seen
-
-
-def armed_statements(source: str, closure: set[str]) -> tuple[int, ...]:
-    """Top-level statements of a student's cell to run with the guards armed: those that bind a name
-    in ``closure`` and those that use a construct able to bind names unseen (``exec``, ``globals()``,
-    ``setattr``, a cell magic, ...). A cell that does not parse is armed whole (``(-1,)``)."""
-    tree = _parse_cell(source)
-    if tree is None:
-        return (-1,)
-    chosen = []
-    for index, statement in enumerate(tree.body):
-        if bound_names(statement) & closure or _identifiers(statement) & DYNAMIC or any(
-                isinstance(c, (ast.Global, ast.Nonlocal)) for c in ast.walk(statement)):
-            chosen.append(index)
-    return tuple(chosen)
 
 
 # --- copies of the reference source -------------------------------------------------------------
@@ -336,6 +295,19 @@ def reference_fingerprints(targets: tuple[tuple[str, str], ...]) -> dict[str, st
                 if fingerprint:
                     found[fingerprint[0]] = name
     return found
+
+
+MAX_PARSED_CELL = 200_000
+"""Characters: a longer cell is never parsed for copies (parsing is not free)."""
+
+
+def _parse_cell(source: str) -> ast.Module | None:
+    if len(source) > MAX_PARSED_CELL:
+        return None
+    try:
+        return ast.parse(python_source(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def copied_references(sources: list[str], fingerprints: dict[str, str]) -> dict[str, str]:

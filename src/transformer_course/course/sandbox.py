@@ -309,14 +309,16 @@ def _python_paths() -> list[Path]:
 
 
 def bwrap_command(workdir: Path, inner: list[str], as_root: bool, uid: int = SANDBOX_UID_BASE,
-                  files: list[Path] = (), work_mb: int = 256) -> list[str]:
+                  files: list[Path] = (), work_mb: int = 256, view: Path | None = None) -> list[str]:
     """The bubblewrap command line that runs ``inner`` in ``workdir``.
 
     Read-only: /usr (and the /bin, /lib links), /etc/fonts, Python and its packages, this package,
     and ``files`` (bound read-only into the working folder under their names). Writable: the
     working folder, a tmpfs of ``work_mb`` MiB at ``workdir``'s path, and a small /tmp. No network,
     own process, IPC and host-name namespaces; dies with the grader. As root, the kernel drops to
-    ``uid`` (one per job slot) with no capabilities.
+    ``uid`` (one per job slot) with no capabilities. ``view`` (a folder ``transformer_course`` made
+    by :func:`~transformer_course.course.view.package_view`) is bound over every copy of the package
+    the sandbox could otherwise read, so the package's own files are out of reach.
     """
     bwrap = shutil.which("bwrap") or "bwrap"
     command = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
@@ -343,6 +345,10 @@ def bwrap_command(workdir: Path, inner: list[str], as_root: bool, uid: int = SAN
         made.add(path)
     for path in binds:
         command += ["--ro-bind", str(path), str(path)]
+    if view is not None:
+        for path in binds:
+            if (path / "transformer_course").is_dir():
+                command += ["--ro-bind", str(view), str(path / "transformer_course")]
     command += ["--perms", "1777", "--size", str(work_mb * 2**20), "--tmpfs", str(workdir)]
     for path in files:
         command += ["--ro-bind", str(path), str(workdir / path.name)]
@@ -354,13 +360,30 @@ def bwrap_command(workdir: Path, inner: list[str], as_root: bool, uid: int = SAN
     return command + inner
 
 
+_NETWORK: list[list[str]] = []
+
+
+def network_unshare() -> list[str]:
+    """``[unshare, --net, --]`` where this host lets root start a child without network (the ``"user"``
+    sandbox's only network isolation), else ``[]``; probed once."""
+    if not _NETWORK:
+        unshare = shutil.which("unshare")
+        works = False
+        if unshare and os.geteuid() == 0:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                works = subprocess.run([unshare, "--net", "--", sys.executable, "-I", "-c", "pass"],
+                                       capture_output=True, timeout=60).returncode == 0
+        _NETWORK.append([unshare, "--net", "--"] if works else [])
+    return list(_NETWORK[0])
+
+
 def drop_root_command(uid: int) -> list[str]:
-    """The prefix that runs a command as ``uid`` with no groups, capabilities or new privileges
-    (the ``"user"`` sandbox; needs root and setpriv)."""
+    """The prefix that runs a command as ``uid`` with no groups, capabilities or new privileges, and
+    without network where :func:`network_unshare` can (the ``"user"`` sandbox; needs root and setpriv)."""
     if os.geteuid() != 0:
         raise ValueError("sandbox='user' needs the grader to run as root (it drops to an unprivileged uid)")
     setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
-    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
+    return network_unshare() + [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
             "--inh-caps=-all", "--bounding-set=-all"]
 
 
@@ -396,21 +419,44 @@ def sandbox_problem() -> str | None:
     return None
 
 
-def kernel_command(limits: Limits, workdir: Path, slot: int, files: list[Path]) -> list[str]:
+def kernel_command(limits: Limits, workdir: Path, slot: int, files: list[Path], view: Path | None = None) -> list[str]:
+    """The command that starts a kernel: in bubblewrap, as the slot's uid (``user``), or as is (``none``).
+    ``view`` is the package the kernel imports (see :func:`bwrap_command`; elsewhere, :func:`kernel_env`)."""
     inner = [sys.executable, "-c", "from transformer_course.course.kernel import kernel_main; kernel_main()"]
     if limits.sandbox == "none":
         return inner
     if limits.sandbox == "user":
         return drop_root_command(sandbox_uid(slot)) + inner
-    return bwrap_command(workdir, inner, os.geteuid() == 0, sandbox_uid(slot), files, limits.work_mb)
+    return bwrap_command(workdir, inner, os.geteuid() == 0, sandbox_uid(slot), files, limits.work_mb, view)
 
 
-def kernel_env(workdir: Path) -> dict[str, str]:
+SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+"""World-writable folders outside the ``user`` sandbox's own: emptied of its uid's files after each kernel."""
+
+
+def clean_shared_folders(uid: int, folders: tuple[str, ...] = SHARED_FOLDERS) -> list[str]:
+    """Remove what ``uid`` left in ``folders`` (the ``user`` sandbox's stand-in for a fresh /tmp per
+    kernel); returns the paths removed."""
+    removed = []
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            with os.scandir(folder) as entries:
+                for entry in list(entries):
+                    with contextlib.suppress(OSError):
+                        if entry.stat(follow_symlinks=False).st_uid == uid:
+                            remove_tree(Path(entry.path))
+                            removed.append(entry.path)
+    return removed
+
+
+def kernel_env(workdir: Path, view: Path | None = None) -> dict[str, str]:
+    """The kernel's environment: its folder as HOME and TMPDIR, one thread, the package (or ``view``)."""
     keep = ("PATH", "LANG", "LC_ALL", "PYTHONHASHSEED")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(HOME=str(workdir), TMPDIR=str(workdir / ".tmp"), MPLBACKEND="Agg",
                MPLCONFIGDIR=str(workdir / ".tmp"), IPYTHONDIR=str(workdir / ".tmp" / "ipython"),
-               PYTHONPATH=str(package_root()), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(view.parent if view is not None else package_root()), PYTHONDONTWRITEBYTECODE="1",
+               OMP_NUM_THREADS="1",
                MKL_NUM_THREADS="1", PYTHONHASHSEED=os.environ.get("PYTHONHASHSEED", "0"),
                TORCH_HOME=str(workdir / ".tmp"), XDG_CACHE_HOME=str(workdir / ".tmp"))
     return env

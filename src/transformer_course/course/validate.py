@@ -19,7 +19,7 @@ is never written. Then it prints one line per exercise and a verdict:
       dl0031-ex3  fails its visible checks: changed_after_ffn: wrong answer, got False
     Ready to submit: no (1 not answered, 1 failing). The hidden tests run when it is graded.
 
-Exit status: 0 when every exercise passes its visible checks and no cell would be flagged, 1
+Exit status: 0 when every exercise passes its visible checks, 1
 otherwise, 2 when the file is not a notebook it can run.
 
 How it reads a notebook (the conventions of CONTRIBUTING.md, "Exercises"):
@@ -37,11 +37,9 @@ How it reads a notebook (the conventions of CONTRIBUTING.md, "Exercises"):
 * When a cell before an exercise's test cell raised (other than the stubs and test cells of other
   exercises), an exercise whose checks did not pass is reported as "an earlier cell failed", naming
   that cell: the error there is the one to fix first.
-* Each code cell the student may have written (from the first answer cell on, or with
-  ``--released`` every cell that differs from the version handed out; never the install cell, which
-  holds the line ``COURSE_REF = "..."``, nor a locked test cell) is read by the grader's own
-  :func:`~transformer_course.course.tampering.tampering`; what it finds is a warning, because grading
-  flags every exercise from that cell on.
+* Grading is stricter than these visible checks in one way it cannot show here: each exercise is
+  graded without the package functions it asks you to write (see
+  :mod:`~transformer_course.course.view`), so an answer that calls one fails when graded.
 
 Cells are numbered as the grader numbers them: from 0, over all cells, markdown included.
 """
@@ -57,8 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .plans import PINNED_REF, InvalidNotebook, course_cell_key, read_submission, released_sources
-from .tampering import tampering
+from .plans import PINNED_REF, InvalidNotebook, read_submission
 
 CELL_TIMEOUT = 600
 """Seconds one cell may run before the kernel is interrupted (the chapters' training cells are long)."""
@@ -97,32 +94,17 @@ class ExerciseStatus:
 
 
 @dataclass(frozen=True)
-class FlaggedLine:
-    """A construct the grader flags (see :func:`~.tampering.tampering`): grading flags every
-    exercise from its cell on."""
-
-    cell: int
-    line: int
-    what: str
-
-    def __str__(self) -> str:
-        return f"cell {self.cell} line {self.line}: {self.what}: grading flags every exercise from this cell on"
-
-
-@dataclass(frozen=True)
 class Report:
     """The result of :func:`validate_notebook`.
 
     Attributes:
         notebook: the notebook checked.
         exercises: one status per exercise, in the notebook's order.
-        warnings: the constructs the grader would flag, cell by cell.
         seconds: how long running the notebook took.
     """
 
     notebook: Path
     exercises: tuple[ExerciseStatus, ...]
-    warnings: tuple[FlaggedLine, ...] = ()
     seconds: float = 0.0
 
     def count(self, status: str) -> int:
@@ -131,28 +113,24 @@ class Report:
 
     @property
     def ready(self) -> bool:
-        """Every exercise passes its visible checks and no cell would be flagged."""
-        return bool(self.exercises) and self.count("passed") == len(self.exercises) and not self.warnings
+        """Every exercise passes its visible checks."""
+        return bool(self.exercises) and self.count("passed") == len(self.exercises)
 
     def lines(self) -> list[str]:
-        """The report as printed: a header, one line per exercise, the warnings, the verdict."""
+        """The report as printed: a header, one line per exercise, the verdict."""
         name = self.notebook.name
-        warnings = [f"Warning: {warning}" for warning in self.warnings]
         if not self.exercises:
             return [(f"{name}: no exercises (no code cell has nbgrader metadata dlNNNN-exK-solution or "
-                     "dlNNNN-exK-tests)"), *warnings, "Ready to submit: no (nothing to check)."]
+                     "dlNNNN-exK-tests)"), "Ready to submit: no (nothing to check)."]
         total = len(self.exercises)
         width = max(len(e.label) for e in self.exercises)
         lines = [f"{name}: {total} exercise{'s' if total != 1 else ''}",
-                 *(f"  {e.label:<{width}}  {e.message}" for e in self.exercises), *warnings]
+                 *(f"  {e.label:<{width}}  {e.message}" for e in self.exercises)]
         if self.ready:
             return lines + ["Ready to submit: yes. The hidden tests run when it is graded."]
         reasons = [f"{self.count(status)} {words}" for status, words in
                    (("not answered", "not answered"), ("failed", "failing"),
                     ("earlier cell failed", "after a failed cell")) if self.count(status)]
-        flagged = len({warning.cell for warning in self.warnings})
-        if flagged:
-            reasons.append(f"{flagged} cell{'s' if flagged != 1 else ''} the grader flags")
         return lines + [f"Ready to submit: no ({', '.join(reasons)}). The hidden tests run when it is graded."]
 
 
@@ -183,34 +161,6 @@ def exercise_cells(notebook: Any) -> dict[str, dict[str, int]]:
 def is_install_cell(source: str) -> bool:
     """Whether a code cell is the course's install cell (it pins the package with ``COURSE_REF``)."""
     return PINNED_REF.search(source) is not None  # the grader's own reading of the pin line
-
-
-def flagged_lines(notebook: Any, released: set[str] | None = None) -> list[FlaggedLine]:
-    """What the grader's :func:`~.tampering.tampering` finds in the cells a student may have written.
-
-    Skipped: the first code cell when it is the install cell and locked test cells. Given
-    ``released`` (the :func:`~.plans.course_cell_key` of the version handed out), every other cell
-    that differs from it is read; without it, only the cells from the first answer cell on (the
-    answer cells and any cell a student added among the exercises), since the chapter's own teaching
-    cells above may use what a student's answer may not (the grader knows them from the release).
-    """
-    code = [(i, c) for i, c in enumerate(notebook.cells) if c.cell_type == "code"]
-    answers = [i for i, c in code if str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")).endswith("-solution")]
-    first_answer = answers[0] if answers else len(notebook.cells)
-    warnings = []
-    for position, (index, cell) in enumerate(code):
-        grading = cell.get("metadata", {}).get("nbgrader", {})
-        if position == 0 and is_install_cell(cell.source):
-            continue
-        if grading.get("grade") or str(grading.get("grade_id", "")).endswith("-tests"):
-            continue
-        if released is not None and course_cell_key(cell.source) in released:
-            continue
-        if released is None and index < first_answer:
-            continue
-        for line, what in tampering(cell.source):
-            warnings.append(FlaggedLine(index, line, what))
-    return warnings
 
 
 # --- running it --------------------------------------------------------------------------------
@@ -314,13 +264,11 @@ def exercise_statuses(notebook: Any, stopped: str | None = None) -> list[Exercis
     return statuses
 
 
-def validate_notebook(path: Path, released: Path | None = None, timeout: int = CELL_TIMEOUT) -> Report:
+def validate_notebook(path: Path, timeout: int = CELL_TIMEOUT) -> Report:
     """Run a copy of the notebook at ``path`` and report each exercise's visible checks.
 
     Args:
         path: the student's ``.ipynb``; never written.
-        released: the notebook as handed out, if at hand: its unchanged cells are not read for
-            constructs the grader flags (they are the course's, as the grader knows).
         timeout: seconds one cell may run before the kernel is interrupted.
 
     Returns:
@@ -339,27 +287,22 @@ def validate_notebook(path: Path, released: Path | None = None, timeout: int = C
         notebook = nbformat.reads(data.decode("utf-8"), as_version=4)
     except (ValueError, KeyError, TypeError, AttributeError, nbformat.ValidationError) as error:  # a malformed file
         raise InvalidNotebook(f"invalid notebook: {_first_line(error) or type(error).__name__}") from None
-    warnings = flagged_lines(notebook, released_sources(released) if released else None)
     if not exercise_cells(notebook):
-        return Report(path, (), tuple(warnings))
+        return Report(path, ())
     start = time.monotonic()
     stopped = run_notebook(notebook, path.resolve().parent, timeout)
-    return Report(path, tuple(exercise_statuses(notebook, stopped)), tuple(warnings), time.monotonic() - start)
+    return Report(path, tuple(exercise_statuses(notebook, stopped)), time.monotonic() - start)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m transformer_course.course.validate",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("notebook", type=Path, help="the .ipynb to check (it is not modified)")
-    parser.add_argument("--released", type=Path, default=None,
-                        help="the notebook as handed out: its unchanged cells are not read for flagged code")
     parser.add_argument("--timeout", type=int, default=CELL_TIMEOUT,
                         help=f"seconds one cell may run (default {CELL_TIMEOUT})")
     args = parser.parse_args(argv)
     try:
-        if args.released is not None:
-            check_notebook_path(args.released)
-        report = validate_notebook(args.notebook, args.released, args.timeout)
+        report = validate_notebook(args.notebook, args.timeout)
     except (ValueError, InvalidNotebook) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
