@@ -33,6 +33,10 @@ values the sandbox hands back. It writes
                           chapter, per chapter a student did not submit ("missing"), per file or
                           folder that was not graded (with the reason), and a "TOTAL" per student
     grades/feedback/<student_id>/<chapter>.html   per exercise: result, points, a message
+    grades/similarity.csv chapter, student, similar_to (another student or package:<file>), the share of
+                          each one's code in common, the common tokens: every pair with at least half
+                          of either side's own code in common (copydetect; never a grade, a pointer)
+    grades/similarity/<chapter>.html   the matching passages side by side
 
 and prints a summary. Options: ``--jobs N`` (parallel notebooks), ``--timeout S`` (per exercise,
 default 60), ``--memory-mb``, and ``--no-sandbox`` (only for submissions you trust: without it,
@@ -471,6 +475,7 @@ def grade(course: Path, submissions: Path, out: Path, verbose: bool = False, job
             rows.append(Graded(student, chapter, "not graded: this chapter is not in the list of chapters "
                                "being graded (--chapters)", file=safe_text(found.pop((student, chapter))
                                                                             .relative_to(submissions), 500)))
+    submitted = dict(found)  # the chapters being graded, compared for copying after grading
     limits = Limits(timeout=timeout, memory_mb=memory_mb, notebook_mb=notebook_mb,
                     sandbox="bwrap" if sandbox else "none")
     results: list[Graded] = []
@@ -503,7 +508,35 @@ def grade(course: Path, submissions: Path, out: Path, verbose: bool = False, job
         results.sort(key=lambda g: (g.student, g.chapter, g.file))
         write_csvs(results, out)
     _print_summary(results, time.monotonic() - started, jobs)
+    report_similarity(course, submitted, out, limits.notebook_mb * 2**20)
     return results
+
+
+def report_similarity(course: Path, found: dict[tuple[str, str], Path], out: Path, max_bytes: int) -> None:
+    """Write ``out/similarity.csv`` and ``out/similarity/<chapter>.html``: copying reported, not guessed.
+
+    Each chapter's submissions are compared with each other and with the package's source
+    (``course.similarity``); the notebooks are read as data (bounded, as the grader reads them),
+    never run. A file that cannot be read is left out: its row in totals.csv says why.
+    """
+    from transformer_course.course.grading import RefusedFile, read_regular_file
+    from transformer_course.course.similarity import compare_chapter, write_similarity_csv
+
+    matches = []
+    shutil.rmtree(out / "similarity", ignore_errors=True)
+    for chapter in sorted({chapter for _, chapter in found}):
+        notebooks = {}
+        for (student, other_chapter), path in found.items():
+            if other_chapter == chapter:
+                try:
+                    notebooks[student] = read_regular_file(path, max_bytes)
+                except RefusedFile:
+                    continue
+        matches += compare_chapter(chapter, notebooks, course / "release" / chapter / f"{chapter}.ipynb",
+                                   report=out / "similarity" / f"{chapter}.html")
+    write_similarity_csv(matches, out / "similarity.csv")
+    print(f"similarity: {len(matches)} pair(s) with at least half their code in common "
+          f"(similarity.csv; the passages side by side in similarity/<chapter>.html)")
 
 
 def _run_jobs(course: Path, submissions: Path, found: dict, limits, jobs: int, verbose: bool, out: Path) -> list[Graded]:

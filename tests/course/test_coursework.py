@@ -332,3 +332,24 @@ def test_every_output_that_holds_solutions_or_student_work_is_ignored_by_git():
         probe = f"{folder}/dl0027_multi_head_attention/x.ipynb"
         result = subprocess.run(["git", "check-ignore", "-q", probe], cwd=ROOT)
         assert result.returncode == 0, f"{folder}/ is not in .gitignore"
+
+
+# --- library calls an exercise puts off limits: flagged for the instructor (issue 37, item 2) -----
+
+def test_off_limits_library_calls_are_read_from_the_test_cell_and_found_in_student_code():
+    from transformer_course.course.plans import exercise_plans, forbidden_library_names, library_calls
+
+    plans = {p.label: p for p in exercise_plans(ROOT / "chapters" / "dl0034_layer_norm.ipynb")}
+    assert set(plans["dl0034-ex1"].forbidden) == {"layer_norm", "LayerNorm", "group_norm", "GroupNorm"}
+    assert "RMSNorm" not in plans["dl0034-ex1"].forbidden and plans["dl0034-ex2"].forbidden == ("RMSNorm", "rms_norm")
+    # a package name passed as a plain name or through a package class is the view's business, not a flag
+    assert forbidden_library_names("from transformer_course.nn.moe import MoEFeedForward\n"
+                                   "check_no_shortcut('f', f, MoEFeedForward, MoEFeedForward.loss, F.relu)") == ("relu",)
+    forbidden = plans["dl0034-ex1"].forbidden
+    for source in ("def f(x):\n    return F.layer_norm(x, x.shape[-1:])",
+                   "from torch.nn.functional import layer_norm as ln\ndef f(x):\n    return ln(x, (4,))",
+                   "def f(x):\n    return getattr(torch.nn.functional, 'layer_norm')(x, (4,))",
+                   "norm = torch.nn.LayerNorm(4)"):
+        assert library_calls([source], forbidden), source
+    assert library_calls(["def f(x):\n    m = x.mean(-1, keepdim=True)\n    return (x - m) / x.std(-1, keepdim=True)",
+                          "def broken(:"], forbidden) == []

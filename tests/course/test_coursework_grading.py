@@ -536,6 +536,11 @@ def test_a_pasted_copy_of_the_reference_is_reported_for_review_not_guessed(grade
     assert _points(grades, "ref_pasted") == {1: 3, 2: 2, 3: 1}
     html = (out / "feedback" / "ref_pasted" / f"{FIXTURE}.html").read_text()
     assert "for your instructor to review: my_causal_mask copies the package&#x27;s causal_mask" in html
+    # and the similarity report next to the grades names it, with the package file it came from
+    similar = list(csv.DictReader((out / "similarity.csv").open(encoding="utf-8")))
+    pasted = [row for row in similar if row["student"] == "ref_pasted" and row["similar_to"].startswith("package:")]
+    assert pasted and float(pasted[0]["share_of_student_code"]) >= 0.5, similar
+    assert (out / "similarity" / f"{FIXTURE}.html").is_file()
 
 
 @pytest.mark.parametrize("student", ["route_getdata", "route_loadsource", "route_subprocess", "route_concat",

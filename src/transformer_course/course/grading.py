@@ -29,7 +29,9 @@ exercises replay without that cell.
 
 A function of the student's whose source is a copy of a package function (up to names and
 docstrings, :func:`~.plans.copied_references`) is named in the feedback for the instructor to
-review; it does not change the score.
+review; it does not change the score. So is a use of a library function the exercise puts off
+limits (PyTorch's ``F.layer_norm`` in a layer-norm exercise, :func:`~.plans.library_calls`): PyTorch
+must stay within the student's reach, so such a call is flagged, not prevented.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from transformer_course.course.feedback import describe_error, feedback_html, sa
 from transformer_course.course.kernel import (GRADER_MODULE, Kernel, KernelGone, KernelTimeout,  # noqa: F401
                                               RemoteError, RemoteObject)
 from transformer_course.course.plans import (ExercisePlan, InvalidNotebook, anchors, copied_references,  # noqa: F401
+                                             library_calls,
                                              course_cell_key, exercise_plans, python_source, read_submission,
                                              reference_fingerprints, released_sources, split_hidden)
 from transformer_course.course.sandbox import (CgroupSlot, Limits, RefusedFile, cgroup_problem,  # noqa: F401
@@ -458,11 +461,13 @@ def _checker(kernel: Kernel, plan: ExercisePlan, limits: Limits, clean: bool) ->
 
 
 def _check_exercise(replay: _Replay, plan: ExercisePlan, end: int, absent: frozenset, limits: Limits,
-                    segment: tuple[int, int], copies: dict[str, str]) -> ExerciseResult:
+                    segment: tuple[int, int], copies: dict[str, str], student_sources: list[str]) -> ExerciseResult:
     """Grade one exercise: its test cell in a checker, against the kernel its replay left."""
     def result(points: float, outcome: str, message: str) -> ExerciseResult:
         review = [f"{name} copies the package's {reference}" for name, reference in sorted(copies.items())
                   if name in plan.answers]
+        review += [f"your code names {name}, which this exercise puts off limits"
+                   for name in library_calls(student_sources, plan.forbidden)]
         if review:
             message = (message + " " if message else "") + \
                 f"(for your instructor to review: {'; '.join(review)})"
@@ -579,7 +584,8 @@ def grade_notebook(submission: Path | bytes, instructor_notebook: Path, released
                 if state == "timed out":
                     timed_out.append(plan.label)
                 continue
-            results[plan.label] = _check_exercise(replay, plan, end, absent, limits, segment, copies)
+            results[plan.label] = _check_exercise(replay, plan, end, absent, limits, segment, copies,
+                                                  [cells[i]["source"] for i in sorted(student)])
             if results[plan.label].result == "timed out":
                 timed_out.append(plan.label)
     finally:

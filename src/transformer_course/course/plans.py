@@ -8,7 +8,10 @@ public function of ``nn``, ``measure`` and ``experiments`` that neither the solu
 nor the package's classes use (another function that would compute the answer). Copies of the
 package's source are a separate, static question, answered for the instructor only:
 :func:`copied_references` compares the normalised AST of each function a student wrote with those
-of the references.
+of the references. Library calls an exercise puts off limits (PyTorch's ``F.layer_norm`` where the
+student is to write a layer norm) cannot be taken out of reach, since the student's code needs
+PyTorch: :func:`forbidden_library_names` reads them from the test cell's ``check_no_shortcut`` and
+:func:`library_calls` finds them in the student's code, a flag for the instructor, not a score.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class ExercisePlan:
     targets: tuple[tuple[str, str], ...] = ()
     allowed: tuple[str, ...] = ()
     absent: tuple[tuple[str, str], ...] = ()
+    forbidden: tuple[str, ...] = ()  # library names off limits (flagged, not removed): "layer_norm", "LayerNorm"
 
 
 _HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n(.*?)^[ \t]*### END HIDDEN TESTS[^\n]*(?:\n|$)",
@@ -130,8 +134,50 @@ def exercise_plans(instructor_notebook: Path) -> list[ExercisePlan]:
             parts=tuple(parts), names=tuple(sorted(free_names(test))),
             answers=tuple(sorted(free_names(test) & bound_names(ast.parse(solution)))),
             references=tuple(sorted({name for _, name in targets})), targets=targets, allowed=allowed,
-            absent=absent_names(targets, set(allowed))))
+            absent=absent_names(targets, set(allowed)), forbidden=forbidden_library_names(test)))
     return plans
+
+
+def forbidden_library_names(test_source: str) -> tuple[str, ...]:
+    """The library callables a test cell's ``check_no_shortcut`` names, as their last attribute
+    (``F.layer_norm`` -> ``"layer_norm"``): dotted names whose root is not imported from the package."""
+    tree = ast.parse(test_source)
+    package = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               and (node.module or "").startswith("transformer_course") for alias in node.names}
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check_no_shortcut":
+            for argument in node.args[2:]:
+                root = argument
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(argument, ast.Attribute) and isinstance(root, ast.Name) and root.id not in package:
+                    names.add(argument.attr)
+    return tuple(sorted(names))
+
+
+def library_calls(sources: list[str], forbidden: tuple[str, ...]) -> list[str]:
+    """Which of ``forbidden`` the student's code names: as an attribute (``F.layer_norm``), an imported
+    name (``from torch.nn.functional import layer_norm``) or a string (``getattr(F, "layer_norm")``).
+
+    A static reading, so a name assembled at run time escapes it: the grader reports what it finds
+    for the instructor to review and does not change the score.
+    """
+    found = set()
+    for source in sources:
+        tree = _parse_cell(source)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Attribute):
+                name = node.attr
+            elif isinstance(node, ast.alias):
+                name = node.name.rsplit(".", 1)[-1]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                name = node.value
+            else:
+                continue
+            if name in forbidden:
+                found.add(name)
+    return sorted(found)
 
 
 WATCHED_PACKAGES = ("transformer_course.nn", "transformer_course.measure", "transformer_course.experiments")
