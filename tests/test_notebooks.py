@@ -177,6 +177,28 @@ def test_ignored_outputs_are_rare_and_each_says_why():
     assert not unexplained, f"say why with a comment starting {IGNORE_REASON!r}: {unexplained}"
 
 
+
+def _sanitize(text: str) -> str:
+    """``text`` as nbval compares it: the patterns of ``tests/nbval_sanitize.cfg``, read and applied in order as nbval does."""
+    from nbval.plugin import get_sanitize_patterns
+
+    for regex, replace in get_sanitize_patterns((ROOT / "tests" / "nbval_sanitize.cfg").read_text(encoding="utf-8")):
+        text = re.sub(regex, replace, text)
+    return text
+
+
+def test_the_sanitizer_masks_times_and_speed_ratios_and_nothing_else():
+    """A cell compared with its times masked still fails on any other number that changed."""
+    run_a = "64 tokens, one thread: 82.1 ms without the cache, 68.9 ms with it (1.2x faster; 32.7x fewer FLOPs)"
+    run_b = "64 tokens, one thread: 90.4 ms without the cache, 61.0 ms with it (1.5x faster; 32.7x fewer FLOPs)"
+    assert _sanitize(run_a) == _sanitize(run_b)
+    for changed in ["65 tokens", "32.8x fewer FLOPs", "one thread: 82.1 MB"]:
+        other = run_a.replace({"65 tokens": "64 tokens", "32.8x fewer FLOPs": "32.7x fewer FLOPs",
+                               "one thread: 82.1 MB": "one thread: 82.1 ms"}[changed], changed)
+        assert _sanitize(other) != _sanitize(run_a), changed
+    assert _sanitize("trained in 100 s (2 worker processes") == _sanitize("trained in 64.7 s (2 worker processes")
+    assert _sanitize("trained in 100 s (2 worker") != _sanitize("trained in 100 s (3 worker")
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_no_stored_output_prints_rounding_noise(path):
     """A difference at rounding level (1e-13 .. 1e-19) differs from CPU to CPU: print a bound instead."""

@@ -44,7 +44,7 @@ from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_bool, check_instance, check_int, check_positive_float, check_tensor
 from transformer_course.measure.receptive_field import global_token_mask, reachability, receptive_field
 from transformer_course.nn.layers import EncoderLayer
-from transformer_course.nn.masks import sliding_window_mask
+from transformer_course.nn.masks import dilated_sliding_window_mask, sliding_window_mask
 from transformer_course.nn.normalization import LayerNorm
 from .claims import Claim
 from .parallel import map_runs, split_evenly
@@ -86,31 +86,40 @@ def make_reach_batch(batch_size: int, generator: torch.Generator, seq_len: int =
     return tokens, tokens[:, seq_len - distance].clone()  # (B, T), (B,)
 
 
-def reach_mask(seq_len: int, window: int, global_query: bool = False) -> torch.Tensor:
-    """The causal sliding window of ``window`` keys, optionally with the last (query) position global.
+def reach_mask(seq_len: int, window: int, global_query: bool = False, dilation: int = 1) -> torch.Tensor:
+    """The causal sliding window of ``window`` keys, optionally dilated or with the last (query) position global.
 
     Args:
         seq_len: T.
-        window: w >= 1 keys per query (itself and the w - 1 before it).
+        window: w >= 1 keys per query (itself and the w - 1 before it, or with ``dilation`` d the
+            keys d, 2d, ..., (w - 1) d before it: DL0029's dilated window).
         global_query: make the last position global (its row reads every earlier position).
+        dilation: d >= 1, the gap between the keys (1: the plain window); not with ``global_query``.
 
     Returns:
         (T, T) bool mask, True = may attend.
     """
     seq_len = check_int("seq_len", seq_len, minimum=2)
     check_bool("global_query", global_query)
+    dilation = check_int("dilation", dilation, minimum=1)
+    if global_query and dilation > 1:
+        raise ValueError(f"dilation must be 1 with global_query=True, got {dilation}")
     if global_query:
         return global_token_mask(seq_len, window, [seq_len - 1], causal=True)  # (T, T)
+    if dilation > 1:
+        return dilated_sliding_window_mask(seq_len, window, dilation, causal=True)  # (T, T)
     return sliding_window_mask(seq_len, window, causal=True)  # (T, T)
 
 
-def stack_reach(seq_len: int, window: int, num_layers: int, global_query: bool = False) -> int:
+def stack_reach(seq_len: int, window: int, num_layers: int, global_query: bool = False, dilation: int = 1) -> int:
     """Receptive field of the last position after ``num_layers`` layers, counted through the masks.
 
-    For the plain causal window this is min(L (w - 1) + 1, T); with a global query it is T.
+    It counts the positions the last one depends on: for the plain causal window min(L (w - 1) + 1, T),
+    with a global query T; with a dilation the gaps are not counted (one layer of w keys reads w
+    positions, spread over (w - 1) d + 1).
     """
     num_layers = check_int("num_layers", num_layers, minimum=1)
-    mask = reach_mask(seq_len, window, global_query)
+    mask = reach_mask(seq_len, window, global_query, dilation)
     return receptive_field(reachability([mask] * num_layers), query=mask.shape[0] - 1)
 
 
@@ -124,30 +133,33 @@ class WindowedReader(nn.Module):
         window: w, keys per query of the causal sliding window.
         global_query: make the last position global.
         d_model, num_heads, d_ff: the layers' sizes.
+        dilation: d, the gap between the window's keys (1: the plain window; see :func:`reach_mask`).
 
     Shape:
         tokens (B, T) -> logits (B, K) for the answer.
     """
 
     def __init__(self, num_symbols: int = 8, seq_len: int = 12, num_layers: int = 1, window: int = 5,
-                 global_query: bool = False, d_model: int = 32, num_heads: int = 4, d_ff: int = 64) -> None:
+                 global_query: bool = False, d_model: int = 32, num_heads: int = 4, d_ff: int = 64,
+                 dilation: int = 1) -> None:
         super().__init__()
         self.num_symbols = check_int("num_symbols", num_symbols, minimum=2)
         self.seq_len = check_int("seq_len", seq_len, minimum=2)
         self.window = check_int("window", window, minimum=1)
         self.global_query = check_bool("global_query", global_query)
+        self.dilation = check_int("dilation", dilation, minimum=1)
         num_layers = check_int("num_layers", num_layers, minimum=1)
         self.token_embedding = nn.Embedding(num_symbols + 1, d_model)
         self.position_embedding = nn.Embedding(seq_len, d_model)
         self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, norm_first=True) for _ in range(num_layers))
         self.norm = LayerNorm(d_model)
         self.readout = nn.Linear(d_model, num_symbols)
-        self.register_buffer("mask", reach_mask(seq_len, window, global_query), persistent=False)  # (T, T)
+        self.register_buffer("mask", reach_mask(seq_len, window, global_query, dilation), persistent=False)  # (T, T)
 
     @property
     def reach(self) -> int:
         """Receptive field of the last position, in positions (from the masks)."""
-        return stack_reach(self.seq_len, self.window, len(self.layers), self.global_query)
+        return stack_reach(self.seq_len, self.window, len(self.layers), self.global_query, self.dilation)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         check_tensor("tokens", tokens, ndim=2)
@@ -177,8 +189,8 @@ class ReaderEnsemble(nn.Module):
 
     Args:
         readers: E >= 1 readers with the same sizes, depth and window (their current weights are
-            copied; each may come from its own seed, and each keeps its own mask, so plain and
-            global-query readers can train together).
+            copied; each may come from its own seed, and each keeps its own mask, so plain,
+            dilated and global-query readers can train together).
 
     Shape:
         tokens (E, B, T) -> logits (E, B, K).
@@ -199,6 +211,7 @@ class ReaderEnsemble(nn.Module):
                              f"num_layers, d_model, num_heads and d_ff, got {sorted({shape(r) for r in readers})}")
         self.num_symbols, self.seq_len, self.window = first.num_symbols, first.seq_len, first.window
         self.global_query = tuple(r.global_query for r in readers)  # members may differ in their mask
+        self.dilation = tuple(r.dilation for r in readers)
         self.num_layers = len(first.layers)
         self.num_heads = first.layers[0].self_attn.num_heads
 
@@ -454,10 +467,40 @@ def _reach_ensemble(depth: int, seeds: list[int], g: ReachGrid, progress: bool) 
         with_global[seed] = WindowedReader(g.num_symbols, g.seq_len, depth, g.window, True, g.d_model,
                                            g.num_heads, g.d_ff)
         with_global[seed].load_state_dict(plain[seed].state_dict())  # same weights: only the mask differs
-    ensemble = ReaderEnsemble([(with_global if global_query else plain)[seed] for _, global_query, seed in members])
+    readers = [(with_global if global_query else plain)[seed] for _, global_query, seed in members]
+    accuracy, reached, held_out = train_readers(readers, [distance for distance, _, _ in members],
+                                                [seed for _, _, seed in members], g, progress)
+    result = {}
+    for index, (distance, global_query, seed) in enumerate(members):
+        reach = g.seq_len if global_query else g.reach(depth)
+        row = {"layers L": depth, "distance D": distance, "global query": global_query, "seed": seed,
+               "reach": reach, "in reach": reach >= distance,
+               "hops": 1 if global_query else g.hops(distance),
+               "accuracy (%)": 100 * float(held_out[index]),
+               "steps to threshold": float(reached[index])}
+        result[(depth, distance, global_query, seed)] = (row, accuracy[index])
+    return result
+
+
+def train_readers(readers: Sequence[WindowedReader], distances: Sequence[int], member_seeds: Sequence[int],
+                  g: ReachGrid, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Train readers together as one :class:`ReaderEnsemble` on the copy task, member e at ``distances[e]``.
+
+    Every member of seed s reads the same stream of training sequences (from ``Generator(s)``; only
+    the answer position differs) and is tested on ``g.num_examples`` sequences from seed
+    s + ``EVAL_SEED_OFFSET``; ``g`` supplies the task (seq_len, num_symbols) and the training
+    (steps, batch_size, lr, threshold, smooth). DL0028's grid and DL0029's dilation experiment
+    (:mod:`.dilation_reach`) both train through here.
+
+    Returns:
+        accuracy (E, steps) on every training batch, steps to threshold (E,) (NaN: never), held-out
+        accuracy (E,) in [0, 1].
+    """
+    seeds = list(dict.fromkeys(member_seeds))  # each seed once, in order of appearance
+    ensemble = ReaderEnsemble(readers)
     generators = {seed: torch.Generator().manual_seed(seed) for seed in seeds}
-    distances = torch.tensor([distance for distance, _, _ in members])  # (E,)
-    seed_index = [seeds.index(seed) for _, _, seed in members]
+    distances = torch.tensor(list(distances))  # (E,)
+    seed_index = [seeds.index(seed) for seed in member_seeds]
 
     def make_batch(_generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = torch.stack([make_reach_batch(g.batch_size, generators[seed], g.seq_len, g.seq_len,
@@ -479,26 +522,16 @@ def _reach_ensemble(depth: int, seeds: list[int], g: ReachGrid, progress: bool) 
         clip_grad_norm=None)  # the batch generator of fit is unused: every seed has its own stream
     accuracy = torch.stack(batch_accuracy, dim=1)  # (E, steps)
     reached = steps_to_threshold(accuracy, g.threshold, g.smooth)  # (E,)
-    held_out = _ensemble_accuracy(ensemble, members, g)  # (E,)
-    result = {}
-    for index, (distance, global_query, seed) in enumerate(members):
-        reach = g.seq_len if global_query else g.reach(depth)
-        row = {"layers L": depth, "distance D": distance, "global query": global_query, "seed": seed,
-               "reach": reach, "in reach": reach >= distance,
-               "hops": 1 if global_query else g.hops(distance),
-               "accuracy (%)": 100 * float(held_out[index]),
-               "steps to threshold": float(reached[index])}
-        result[(depth, distance, global_query, seed)] = (row, accuracy[index])
-    return result
+    return accuracy, reached, _ensemble_accuracy(ensemble, distances, member_seeds, g)
 
 
 @torch.no_grad()
-def _ensemble_accuracy(ensemble: ReaderEnsemble, members: Sequence[tuple[int, bool, int]], g: ReachGrid) -> torch.Tensor:
-    """(E,) held-out accuracy: member (D, global, s) on ``g.num_examples`` sequences from seed s + EVAL_SEED_OFFSET."""
+def _ensemble_accuracy(ensemble: ReaderEnsemble, distances: torch.Tensor, member_seeds: Sequence[int],
+                       g: ReachGrid) -> torch.Tensor:
+    """(E,) held-out accuracy: member e (distance D, seed s) on ``g.num_examples`` sequences from seed s + EVAL_SEED_OFFSET."""
     tokens = torch.stack([make_reach_batch(g.num_examples, torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET),
                                            g.seq_len, g.seq_len, g.num_symbols)[0]
-                          for _, _, seed in members])  # (E, N, T)
-    distances = torch.tensor([distance for distance, _, _ in members])  # (E,)
+                          for seed in member_seeds])  # (E, N, T)
     answers = tokens.gather(2, (g.seq_len - distances).view(-1, 1, 1).expand(-1, g.num_examples, 1)).squeeze(2)
     predictions = ensemble(tokens.to(ensemble.mask.device)).argmax(dim=-1).cpu()  # (E, N)
     return (predictions == answers).float().mean(dim=1)
