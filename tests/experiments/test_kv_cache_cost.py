@@ -220,3 +220,29 @@ def test_paged_memory_wastes_less_than_a_block_per_sequence():
     assert (table["unused, paged"].iloc[:-1] < 8).all()
     with pytest.raises(ValueError, match="max_length"):
         paged_memory_table(lengths, 8, max_length=10)
+
+
+def test_decoder_cache_table_counts_a_published_shape_from_real_modules():
+    from transformer_course.experiments.kv_cache_cost import LLAMA_2_70B, DecoderShape, decoder_cache_table
+    from transformer_course.nn.kv_cache import kv_cache_bytes
+
+    table = decoder_cache_table(LLAMA_2_70B, (64, 8, 1))
+    head_dim = LLAMA_2_70B.d_model // LLAMA_2_70B.num_heads
+    for groups in (64, 8, 1):  # 2 (key, value) x N layers x G heads x Dh x 2 bytes
+        assert table.loc[groups, "cache bytes per token"] == 2 * 80 * groups * head_dim * 2
+        assert table.loc[groups, "cache bytes per token"] == kv_cache_bytes(80, 1, 1, groups * head_dim, 2)
+    # Llama 2 70B as released (G = 8): 80 (q, k, v, o + SwiGLU + 2 gains) + 2 embeddings + final gain, by hand
+    layer = 8192 * 8192 * 2 + 8192 * 1024 * 2 + 3 * 8192 * 28672 + (2 * 28672 + 8192) + 2 * 8192
+    assert round(table.loc[8, "parameters (billions)"] * 1e9) == 80 * layer + 2 * 32000 * 8192 + 8192
+    assert 68.9 < table.loc[8, "parameters (billions)"] < 69.1  # a "70B" model
+    assert table["sequences whose cache equals the weights"].is_monotonic_increasing
+    tiny = DecoderShape("tiny", 2, 16, 4, 2, 32, 10, 8)
+    assert decoder_cache_table(tiny, (4, 2), bytes_per_number=4).loc[2, "cache bytes per token"] == 2 * 2 * 2 * 4 * 4
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        decoder_cache_table(LLAMA_2_70B, (3,))
+    with pytest.raises(ValueError, match="bytes_per_number"):
+        decoder_cache_table(LLAMA_2_70B, (8,), bytes_per_number=3)
+    with pytest.raises(TypeError, match="shape"):
+        decoder_cache_table({"num_layers": 80}, (8,))
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        DecoderShape("bad", 2, 16, 4, 3, 32, 10, 8)

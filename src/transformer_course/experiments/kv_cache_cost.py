@@ -436,6 +436,92 @@ def grouped_cache_table(d_model: int, num_heads: int, kv_heads: Sequence[int], n
     return table
 
 
+@dataclass(frozen=True)
+class DecoderShape:
+    """The published shape of a decoder-only model: what its cache and weight memory depend on.
+
+    Args:
+        name: the model, for tables ("Llama 2 70B").
+        num_layers, d_model, num_heads, num_kv_heads, d_ff, vocab_size: its hyperparameters (a SwiGLU
+            feed-forward of width ``d_ff``, untied input and output embeddings).
+        context: the longest sequence it was trained on.
+    """
+
+    name: str
+    num_layers: int
+    d_model: int
+    num_heads: int
+    num_kv_heads: int
+    d_ff: int
+    vocab_size: int
+    context: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"name must be a non-empty string, got {self.name!r}")
+        for field in ("num_layers", "d_model", "num_heads", "num_kv_heads", "d_ff", "vocab_size", "context"):
+            check_int(field, getattr(self, field), minimum=1)
+        if self.d_model % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads must divide d_model and num_kv_heads must divide num_heads, got d_model="
+                             f"{self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}")
+
+
+# Touvron et al. (2023), "Llama 2: Open Foundation and Fine-Tuned Chat Models", Table 1 (grouped-query
+# attention for the 34B and 70B models, 4k context); the sizes are those of the released model's
+# configuration (meta-llama/Llama-2-70b-hf, config.json: 80 layers, hidden size 8192, 64 attention heads,
+# 8 key/value heads, intermediate size 28672, vocabulary 32000, 4096 positions).
+LLAMA_2_70B = DecoderShape("Llama 2 70B", num_layers=80, d_model=8192, num_heads=64, num_kv_heads=8,
+                           d_ff=28672, vocab_size=32000, context=4096)
+
+
+@exhibit
+def decoder_cache_table(shape: DecoderShape, kv_heads: Sequence[int], bytes_per_number: int = 2) -> pd.DataFrame:
+    """Self-attention cache against weights for a published decoder's shape, per number G of key/value heads.
+
+    For each G the course's own layers are built at ``shape`` on PyTorch's meta device (shapes and
+    dtypes, no memory): ``MultiHeadAttention`` without biases and with G key/value heads, a SwiGLU
+    ``FeedForward`` and two RMSNorm gains per layer, plus input and output embeddings and a final
+    gain. Their parameters are counted (the course's ``FeedForward`` keeps its biases, 2F + D per
+    layer, which Llama does not have), and three tokens are fed through the attention with an
+    ``AttentionCache``, whose keys and values give the bytes one token adds to one layer's cache.
+
+    Returns:
+        DataFrame indexed by "kv heads G" with columns "cache bytes per token" (all layers),
+        "cache per sequence (GiB)" (``shape.context`` tokens), "parameters (billions)", "weights (GiB)"
+        and "sequences whose cache equals the weights".
+    """
+    from transformer_course.nn.attention import MultiHeadAttention
+    from transformer_course.nn.feedforward import FeedForward
+    from transformer_course.nn.kv_cache import AttentionCache
+    from transformer_course.nn.masks import causal_mask
+
+    check_instance("shape", shape, DecoderShape)
+    kv_heads = check_sizes("kv_heads", kv_heads)
+    dtype = {2: torch.float16, 4: torch.float32}.get(check_int("bytes_per_number", bytes_per_number, minimum=1))
+    if dtype is None:
+        raise ValueError(f"bytes_per_number must be 2 (16-bit) or 4 (32-bit), got {bytes_per_number}")
+    rows, probe = {}, 3
+    with torch.device("meta"), torch.no_grad():
+        for groups in kv_heads:
+            attention = MultiHeadAttention(shape.d_model, shape.num_heads, bias=False, num_kv_heads=groups).to(dtype)
+            feedforward = FeedForward(shape.d_model, shape.d_ff, activation="swiglu")
+            cache = AttentionCache()
+            x = torch.empty(1, probe, shape.d_model, dtype=dtype)  # (1, 3, D)
+            attention(x, x, x, mask=causal_mask(probe), cache=cache)
+            per_layer_token = (cache.keys.nbytes + cache.values.nbytes) // probe  # 2 G Dh bytes
+            per_layer = (sum(p.numel() for p in attention.parameters())
+                         + sum(p.numel() for p in feedforward.parameters()) + 2 * shape.d_model)
+            parameters = shape.num_layers * per_layer + 2 * shape.vocab_size * shape.d_model + shape.d_model
+            per_token = shape.num_layers * per_layer_token
+            rows[groups] = {"cache bytes per token": per_token,
+                            "cache per sequence (GiB)": per_token * shape.context / 2**30,
+                            "parameters (billions)": parameters / 1e9,
+                            "weights (GiB)": parameters * bytes_per_number / 2**30,
+                            "sequences whose cache equals the weights": parameters * bytes_per_number
+                            / (per_token * shape.context)}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("kv heads G")
+
+
 @exhibit
 def paged_memory_table(lengths: Sequence[int], block_size: int, max_length: int) -> pd.DataFrame:
     """Cache slots held by sequences of ``lengths``: preallocated to ``max_length`` against paged in blocks.
