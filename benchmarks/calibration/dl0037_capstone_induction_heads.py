@@ -1,12 +1,18 @@
-"""Calibration of the capstone's claims: ``induction_heads.run_ensemble(b)`` with the chapter's settings."""
+"""Calibration of DL0037's claims: the capstone's GPT trained on the course's prose, as the chapter runs it.
+
+The chapter trains ``induction_circuit.run_ensemble(SEED)`` (the seeds of ``ensemble_seeds(SEED,
+EXPERIMENT, 8)``, trained together with ``fit_ensemble``) and asserts ``circuit_claims``;
+``claims(b)`` does the same for base seed b, on b's own ensemble, in one process (the calibration's
+own jobs run base seeds side by side).
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import dataclasses
 
-from transformer_course.experiments import induction_heads as ih
-from transformer_course.experiments.claims import Claim
+from transformer_course.experiments.induction_circuit import CIRCUIT, circuit_claims, run_ensemble
 
 
-def claims(base_seed: int) -> list[Claim]:
-    return ih.capstone_claims(ih.run_ensemble(base_seed, replace(ih.CAPSTONE, workers=1)))  # calibrate.py's jobs run base seeds side by side
+def claims(base_seed: int):
+    settings = dataclasses.replace(CIRCUIT, workers=1)  # same runs: a member does not depend on its neighbours
+    return circuit_claims(run_ensemble(base_seed, settings), settings)

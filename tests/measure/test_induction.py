@@ -1,5 +1,7 @@
 """Induction metrics on hand-built attention patterns, OV circuits and losses: each discriminates."""
 
+import math
+
 import pytest
 import torch
 
@@ -150,3 +152,20 @@ def test_composition_scores_refuse_shapes_that_do_not_chain():
         composition_scores(m, m, torch.randn(2, 4, 4))
     with pytest.raises(ValueError, match="one matrix per later head"):
         composition_scores(m, torch.randn(3, 8, 8), m)
+
+
+def test_the_induction_rule_is_right_on_a_repeat_and_checked_on_a_hand_example():
+    from transformer_course.measure.induction import induction_guess_accuracy
+
+    repeated = torch.tensor([[5, 1, 2, 3, 5, 1, 2, 3]])  # positions 4..6 copy; 1..3 have no earlier occurrence
+    accuracy, coverage = induction_guess_accuracy(repeated)
+    assert accuracy == 1.0 and coverage == pytest.approx(3 / 6)
+    # "abab" then "ac": at the last "a" the most recent earlier "a" was followed by "b", not "c"; an
+    # answer that used the first occurrence, or the token itself, would give another accuracy
+    tokens = torch.tensor([[0, 1, 0, 2, 0, 3]])  # i=2: earlier 0 at 0 -> guess 1, next 2 (wrong); i=4: last 0 at 2 -> 2, next 3
+    assert induction_guess_accuracy(tokens) == (0.0, pytest.approx(2 / 4))
+    tokens = torch.tensor([[0, 1, 0, 2, 0, 2]])  # the most recent occurrence (2) is followed by 2: right once
+    assert induction_guess_accuracy(tokens) == (pytest.approx(1 / 2), pytest.approx(2 / 4))
+    assert math.isnan(induction_guess_accuracy(torch.tensor([[1, 2, 3, 4]]))[0])
+    with pytest.raises(ValueError, match="tokens must be integer ids"):
+        induction_guess_accuracy(torch.zeros(2, 5))

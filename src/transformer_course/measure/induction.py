@@ -43,6 +43,30 @@ def repeated_random_tokens(batch_size: int, period: int, vocab_size: int, genera
     return pattern.repeat(1, repeats)  # (B, repeats * P)
 
 
+def induction_guess_accuracy(tokens: torch.Tensor) -> tuple[float, float]:
+    """How often the literal induction rule would be right on ``tokens`` (B, T): (accuracy, coverage).
+
+    At each position i that has an earlier occurrence of its token (the most recent, j < i), the
+    rule predicts token i + 1 to be token j + 1, what followed it last time. ``coverage`` is the
+    share of positions 1 .. T - 2 that have such an occurrence, ``accuracy`` the share of those at
+    which the guess is right (NaN if none has). On a random string repeated it is 1 on the second
+    copy; on prose it says how much there is for an induction head to copy.
+    """
+    check_tensor("tokens", tokens, ndim=2)
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.shape[1] < 3:
+        raise ValueError(f"tokens must be integer ids (B, T) with T >= 3, got {tokens.dtype} {tuple(tokens.shape)}")
+    right = covered = positions = 0
+    for i in range(1, tokens.shape[1] - 1):
+        earlier = tokens[:, :i] == tokens[:, i:i + 1]  # (B, i)
+        has = earlier.any(dim=1)  # (B,)
+        last = i - 1 - earlier.flip(1).int().argmax(dim=1)  # (B,) the most recent earlier occurrence
+        guess = tokens.gather(1, (last + 1).unsqueeze(1)).squeeze(1)  # (B,)
+        right += int(((guess == tokens[:, i + 1]) & has).sum())
+        covered += int(has.sum())
+        positions += tokens.shape[0]
+    return (right / covered if covered else float("nan")), covered / positions
+
+
 def _check_weights(weights: object) -> torch.Tensor:
     check_tensor("weights", weights, ndim=4, floating=True)
     if weights.shape[-1] != weights.shape[-2]:
