@@ -115,8 +115,11 @@ SEED_VARIABLE = "COURSE_SEED"  # the environment variable that sets a chapter's 
 def course_seed() -> int:
     """The chapter's base seed: the environment variable ``COURSE_SEED`` if set, else 0.
 
-    Every random draw of a chapter derives from this one number (``course_seed() + k``), so
-    re-running a chapter with ``COURSE_SEED=7`` shows another draw of every experiment in it.
+    Every random draw of a chapter derives from this one number, so re-running a chapter with
+    ``COURSE_SEED=7`` shows another draw of every experiment in it: an experiment's ensemble takes
+    its member seeds from :func:`~transformer_course.experiments.seeds.ensemble_seeds` (independent
+    streams, so two base seeds' ensembles share no seed), a single illustrative draw (an example
+    batch, a timing input) seeds from ``course_seed() + k``.
     """
     text = os.environ.get(SEED_VARIABLE, "").strip()
     if not text:
