@@ -123,3 +123,27 @@ def test_expert_load_figure_draws_every_run_and_the_uniform_line():
         plot_expert_load(pd.DataFrame({"seed": [0]}))
     with pytest.raises(TypeError, match="frame"):
         plot_expert_load([1])
+
+
+def test_plot_ffn_memory_draws_every_seed_and_the_medians():
+    import pandas as pd
+
+    from transformer_course.plotting.feedforward import plot_ffn_memory
+
+    frame = pd.DataFrame({"d_ff": [4, 4, 16, 16], "seed": [0, 1, 0, 1], "FFN parameters": [148, 148, 544, 544],
+                          "accuracy (%)": [40.0, 60.0, 100.0, 100.0], "agreement": [0.1, 0.1, 0.2, 0.3],
+                          "agreement at init": [0.05, 0.07, 0.06, 0.06]})
+    fig = plot_ffn_memory(frame, num_labels=16)
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    accuracy, agreement = fig.axes
+    assert len(accuracy.collections[0].get_offsets()) == 4
+    assert list(accuracy.lines[0].get_ydata()) == [50.0, 100.0]  # the medians per width
+    assert [t.get_text() for t in agreement.get_legend().get_texts()] == ["after training", "at initialization",
+                                                                          "chance 1/16"]
+    assert [t.get_text() for t in accuracy.get_xticklabels()] == ["4", "16"]
+    with pytest.raises(ValueError, match="columns"):
+        plot_ffn_memory(frame.drop(columns="agreement"), 16)
+    with pytest.raises(ValueError, match="num_labels"):
+        plot_ffn_memory(frame, 1)
+    with pytest.raises(TypeError, match="frame"):
+        plot_ffn_memory([1], 16)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 
 from transformer_course._exhibit import exhibit
-from transformer_course._validation import check_tensor
+from transformer_course._validation import check_int, check_tensor
 from transformer_course.nn.feedforward import FeedForward
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
@@ -245,4 +245,59 @@ def plot_expert_load(frame: pd.DataFrame) -> Figure:
         ax.set_ylim(0, top * 1.1)
     axes[0].set_ylabel("share of token-slots (%)")
     axes[-1].legend(frameon=False, loc="upper right")
+    return fig
+
+
+@exhibit
+def plot_ffn_memory(frame: pd.DataFrame, num_labels: int) -> Figure:
+    """DL0031's width sweep: accuracy against the FFN's width, and the key-value agreement of its neurons.
+
+    Args:
+        frame: the table of ``experiments.ffn_memory.memory_ensemble`` (columns "d_ff", "seed",
+            "FFN parameters", "accuracy (%)", "agreement", "agreement at init").
+        num_labels: K, for the chance level 1 / K of the agreement.
+
+    Returns:
+        A ``Figure`` with two panels against d_ff (log scale): (a) every seed's accuracy as a point
+        and the median as a line; (b) the median agreement after training and at initialization,
+        every seed's as points, and chance dashed (in the legend).
+
+    Raises:
+        TypeError, ValueError: for a frame without those columns, or ``num_labels`` < 2.
+    """
+    import numpy as np
+
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
+    needed = {"d_ff", "seed", "FFN parameters", "accuracy (%)", "agreement", "agreement at init"}
+    if frame.empty or needed - set(frame.columns):
+        raise ValueError(f"frame must be a non-empty table with columns {sorted(needed)}")
+    num_labels = check_int("num_labels", num_labels, minimum=2)
+    widths = sorted(frame["d_ff"].unique())
+    medians = frame.groupby("d_ff").median(numeric_only=True)
+    rng = np.random.default_rng(len(frame))  # jitter only: a function of the data, not a seed of the course
+    jitter = np.exp(rng.uniform(-0.06, 0.06, size=len(frame)))
+    fig = new_figure(9.0, 3.6)
+    accuracy, agreement = fig.subplots(1, 2)
+    accuracy.scatter(frame["d_ff"] * jitter, frame["accuracy (%)"], s=14, color=PALETTE["ffn"], alpha=0.6, zorder=3,
+                     label="one seed")
+    accuracy.plot(widths, medians.loc[widths, "accuracy (%)"], color=PALETTE["ffn"], linewidth=2.0, label="median")
+    accuracy.set_ylim(0, 105)
+    accuracy.set_ylabel("facts stored (% of labels right)")
+    accuracy.set_title("(a) a wider FFN stores more facts")
+    accuracy.legend(frameon=False, loc="lower right")
+    for column, colour, style, label in (("agreement", PALETTE["output"], "-", "after training"),
+                                          ("agreement at init", "grey", "-.", "at initialization")):
+        agreement.scatter(frame["d_ff"] * jitter, frame[column], s=12, color=colour, alpha=0.5, zorder=3)
+        agreement.plot(widths, medians.loc[widths, column], style, color=colour, linewidth=2.0, label=label)
+    agreement.axhline(1 / num_labels, color="black", linestyle="--", linewidth=1.0, label=f"chance 1/{num_labels}")
+    agreement.set_ylim(0, None)
+    agreement.set_ylabel("share of top triggers with the value's label")
+    agreement.set_title("(b) keys and values agree (Geva et al.)")
+    agreement.legend(frameon=False, loc="upper right")
+    for ax in (accuracy, agreement):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(widths, [str(w) for w in widths])
+        ax.minorticks_off()
+        ax.set_xlabel("FFN width d_ff")
     return fig
