@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 
 from transformer_course._exhibit import exhibit
 from transformer_course._validation import check_int, check_tensor
+from transformer_course.experiments.ffn_memory import width_table
 from transformer_course.nn.feedforward import FeedForward
 from .blocks import blank_axes, draw_arrow, draw_box
 from .style import PALETTE, new_figure
@@ -267,21 +268,16 @@ def plot_ffn_memory(frame: pd.DataFrame, num_labels: int) -> Figure:
     """
     import numpy as np
 
-    if not isinstance(frame, pd.DataFrame):
-        raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
-    needed = {"d_ff", "seed", "FFN parameters", "accuracy (%)", "agreement", "agreement at init"}
-    if frame.empty or needed - set(frame.columns):
-        raise ValueError(f"frame must be a non-empty table with columns {sorted(needed)}")
+    medians = width_table(frame)  # validates the frame; one row per width, in order
     num_labels = check_int("num_labels", num_labels, minimum=2)
-    widths = sorted(frame["d_ff"].unique())
-    medians = frame.groupby("d_ff").median(numeric_only=True)
+    widths = list(medians.index)
     rng = np.random.default_rng(len(frame))  # jitter only: a function of the data, not a seed of the course
     jitter = np.exp(rng.uniform(-0.06, 0.06, size=len(frame)))
     fig = new_figure(9.0, 3.6)
     accuracy, agreement = fig.subplots(1, 2)
     accuracy.scatter(frame["d_ff"] * jitter, frame["accuracy (%)"], s=14, color=PALETTE["ffn"], alpha=0.6, zorder=3,
                      label="one seed")
-    accuracy.plot(widths, medians.loc[widths, "accuracy (%)"], color=PALETTE["ffn"], linewidth=2.0, label="median")
+    accuracy.plot(widths, medians["accuracy (%), median"], color=PALETTE["ffn"], linewidth=2.0, label="median")
     accuracy.set_ylim(0, 105)
     accuracy.set_ylabel("facts stored (% of labels right)")
     accuracy.set_title("(a) a wider FFN stores more facts")
@@ -289,7 +285,7 @@ def plot_ffn_memory(frame: pd.DataFrame, num_labels: int) -> Figure:
     for column, colour, style, label in (("agreement", PALETTE["output"], "-", "after training"),
                                           ("agreement at init", "grey", "-.", "at initialization")):
         agreement.scatter(frame["d_ff"] * jitter, frame[column], s=12, color=colour, alpha=0.5, zorder=3)
-        agreement.plot(widths, medians.loc[widths, column], style, color=colour, linewidth=2.0, label=label)
+        agreement.plot(widths, medians[f"{column}, median"], style, color=colour, linewidth=2.0, label=label)
     agreement.axhline(1 / num_labels, color="black", linestyle="--", linewidth=1.0, label=f"chance 1/{num_labels}")
     agreement.set_ylim(0, None)
     agreement.set_ylabel("share of top triggers with the value's label")
