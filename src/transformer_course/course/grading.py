@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from transformer_course._validation import check_int
 from transformer_course.course.feedback import describe_error, feedback_html, safe_text  # noqa: F401 (re-exported)
 from transformer_course.course.kernel import (GRADER_MODULE, Kernel, KernelGone, KernelTimeout,  # noqa: F401
                                               RemoteError, RemoteObject)
@@ -250,6 +251,51 @@ def course_data(released_notebook: Path, limits: Limits, slot: int = 0,
     finally:
         session.stop()
         remove_tree(folder)
+    return found
+
+
+_slot: tuple[int, CgroupSlot | None] = (0, None)
+"""The job slot (uid in the sandbox) and its cgroup of this :func:`course_data_many` worker process."""
+
+
+def _take_slot(free_slots: Any, groups: dict[int, CgroupSlot | None]) -> None:
+    global _slot
+    slot = free_slots.get()
+    _slot = (slot, groups.get(slot))
+
+
+def _course_data_in_slot(released_notebook: Path, limits: Limits) -> dict[str, CourseCell]:
+    return course_data(released_notebook, limits, *_slot)
+
+
+def course_data_many(released_notebooks: list[Path], limits: Limits, jobs: int,
+                     groups: dict[int, CgroupSlot | None]) -> list[dict[str, CourseCell] | None]:
+    """:func:`course_data` of each released notebook, ``jobs`` chapters at a time.
+
+    Each of the ``jobs`` worker processes (``concurrent.futures``, forked) holds one job slot, 0 to
+    ``jobs - 1``, for its life, so two kernels never share a slot's uid or cgroup; a chapter goes to
+    whichever worker is free. A chapter whose run raised (or whose worker died) gets None.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    jobs = check_int("jobs", jobs, minimum=1)
+    if not released_notebooks:
+        return []
+    context = multiprocessing.get_context("fork")  # the grader runs where bubblewrap does: Linux
+    free_slots = context.SimpleQueue()
+    workers = min(jobs, len(released_notebooks))
+    for slot in range(workers):
+        free_slots.put(slot)
+    found: list[dict[str, CourseCell] | None] = []
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_take_slot,
+                             initargs=(free_slots, groups)) as pool:
+        futures = [pool.submit(_course_data_in_slot, path, limits) for path in released_notebooks]
+        for future in futures:
+            try:
+                found.append(future.result())
+            except Exception:  # noqa: BLE001 (each worker then says what is wrong with its chapter)
+                found.append(None)
     return found
 
 
@@ -632,8 +678,8 @@ def grade_many(tasks: list[Task], limits: Limits, jobs: int = 1,
                on_done: Any = None) -> tuple[dict[Any, NotebookResult | str], str | None]:
     """Grade ``tasks``, ``jobs`` at a time, each in a forked worker process with its own job slot.
 
-    The course's own run of each chapter (:func:`course_data`) and the package views are made once,
-    here, and shared by the workers.
+    The course's own run of each chapter (:func:`course_data`, ``jobs`` chapters at a time) and the
+    package views are made once, here, and shared by the workers.
 
     Returns:
         Per key a :class:`NotebookResult`, or a string saying why that notebook's grading died
@@ -662,19 +708,24 @@ def grade_many(tasks: list[Task], limits: Limits, jobs: int = 1,
     os.chmod(shared, 0o755)
     views: dict[frozenset, Path] = {}
     courses: dict[Path, dict[str, CourseCell]] = {}
+    released_of: dict[Path, Path] = {}  # chapter -> its released notebook, for the chapters that have one
     for task in tasks:
         chapter = task.instructor_notebook
         if chapter in courses:
             continue
+        courses[chapter] = {}
         released = task.released_folder / f"{chapter.stem}.ipynb" if task.released_folder else None
+        if released is not None and released.is_file():
+            released_of[chapter] = released
         try:
-            courses[chapter] = course_data(released, limits, 0, groups.get(0)) if released and released.is_file() else {}
             for plan in exercise_plans(chapter):
                 absent = frozenset(plan.absent)
                 if absent and absent not in views:
                     views[absent] = package_view(sorted(absent), _readable_folder(shared))[0]
         except Exception:  # noqa: BLE001 (each worker then says what is wrong with its chapter)
-            courses[chapter] = {}
+            released_of.pop(chapter, None)
+    for chapter, found in zip(released_of, course_data_many(list(released_of.values()), limits, jobs, groups)):
+        courses[chapter] = found if found is not None else {}
     results: dict[Any, NotebookResult | str] = {}
     pending = list(tasks)
     running: dict[int, tuple[Task, int, int, list[bytes], float, float]] = {}
