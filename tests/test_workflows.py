@@ -246,7 +246,7 @@ def _run_report_step(tmp_path: Path, open_issue: str) -> list[str]:
 def test_weekly_failure_opens_one_issue_then_comments_on_it(tmp_path):
     weekly = _load(ROOT / ".github" / "workflows" / "weekly.yml")
     report = weekly["jobs"]["report"]
-    assert (report["needs"], report["if"]) == (["newest", "oldest"], "failure()")  # either job failing opens it
+    assert (report["needs"], report["if"]) == (["newest", "oldest", "other-seeds"], "failure()")  # either job failing opens it
     assert report["permissions"] == {"issues": "write"}
     title = "Weekly check against the newest dependencies fails"
 
@@ -290,3 +290,22 @@ def test_calibrate_splits_chapters_and_kernel_sets_and_merges_with_the_script():
     merge = _step(workflow, "merge", "Merge each chapter")["run"]
     assert "calibrate.py merge" in merge
     assert _step(workflow, "merge", "actions/download-artifact@")["with"]["merge-multiple"] is True
+
+
+def test_the_weekly_check_runs_the_drawn_chapters_under_base_seeds_ci_does_not():
+    import subprocess
+
+    weekly = _load(ROOT / ".github" / "workflows" / "weekly.yml")
+    job = weekly["jobs"]["other-seeds"]
+    seeds = job["strategy"]["matrix"]["seed"]
+    assert len(seeds) >= 2 and not {0, 1} & set(seeds)  # 0: the stored run; 1: .ci/run's other seed
+    assert "COURSE_SEED=$seed" in (ROOT / ".ci" / "run").read_text() and "seed=1\n" in (ROOT / ".ci" / "run").read_text()
+    run = _step(weekly, "other-seeds", "The drawn chapters hold under another base seed")
+    assert run["env"]["COURSE_SEED"] == "${{ matrix.seed }}"
+    assert ".ci/drawn-chapters" in run["run"] and "--nbval-lax" in run["run"]
+    assert "pip install -r requirements.txt" in _step(weekly, "other-seeds", "Install the pinned environment")["run"]
+    listed = subprocess.run([str(ROOT / ".ci" / "drawn-chapters")], capture_output=True, text=True, check=True)
+    chapters = listed.stdout.split()
+    modules = sorted((ROOT / "benchmarks" / "calibration").glob("dl*.py"))
+    assert chapters == [f"chapters/{m.stem}.ipynb" for m in modules] and chapters
+    assert all((ROOT / c).is_file() for c in chapters)
